@@ -33,6 +33,18 @@ def nearest_neighbours(
     return out
 
 
+def prefix_neighbours(
+    train_vectors: np.ndarray, test_vectors: np.ndarray, prefix_dim: int, k: int
+) -> np.ndarray:
+    """``[n_test, k]`` indices of the nearest training rows, by cosine on one prefix.
+
+    Both sides are cut to their first ``prefix_dim`` columns and L2-normalised per prefix.
+    """
+    return nearest_neighbours(
+        normalize_prefix(test_vectors, prefix_dim), normalize_prefix(train_vectors, prefix_dim), k
+    )
+
+
 def vote(neighbour_labels: np.ndarray) -> np.ndarray:
     """Majority label per row; a tie goes to the label of the nearer neighbour."""
     predictions = np.empty(len(neighbour_labels), dtype=neighbour_labels.dtype)
@@ -55,19 +67,8 @@ def knn_accuracy_table(
     """Accuracy ``[level, prefix]`` of k-NN on each prefix, for every label level at once."""
     table = np.zeros((train_labels.shape[1], len(prefix_dims)))
     for column, dim in enumerate(prefix_dims):
-        neighbours = nearest_neighbours(
-            normalize_prefix(test_vectors, dim), normalize_prefix(train_vectors, dim), k
-        )
+        neighbours = prefix_neighbours(train_vectors, test_vectors, dim, k)
         for level in range(train_labels.shape[1]):
             predicted = vote(train_labels[neighbours, level])
             table[level, column] = float(np.mean(predicted == test_labels[:, level]))
     return table
-
-
-def steerability(accuracy: np.ndarray) -> float:
-    """Eq. 1 of the paper on an ``[level, prefix]`` table: coarse = level 0, fine = last level.
-
-    ``S = (L0@first − L0@last) + (Lfine@last − Lfine@first)``.
-    """
-    coarse, fine = accuracy[0], accuracy[-1]
-    return float((coarse[0] - coarse[-1]) + (fine[-1] - fine[0]))
