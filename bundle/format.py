@@ -1,0 +1,354 @@
+"""The bundle: the one contract between the offline trainer and the online service.
+
+A bundle is a directory, immutable once written::
+
+    manifest.json    what the bundle is (this module's ``Manifest``) and a sha256 of every file
+    encoder.onnx     input_ids + attention_mask (int64, [batch, seq]) → embedding (float32,
+                     [batch, dim], unnormalised): backbone, pooling and projection in one graph
+    tokenizer.json   the ``tokenizers`` file, truncation to ``backbone.max_tokens`` and padding
+                     to the longest text of a batch already switched on
+    heads.onnx       optional: embedding → coarse_logits (level 0, read from the normalised coarse
+                     prefix) and fine_logits (finest level, read from the normalised full vector)
+    report.*, *.png  optional: how the bundle scored when it was made
+
+The writer (``training.export``) and the reader (``service``) both use this module, so it imports
+only the standard library: the service must load a bundle without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
+
+MANIFEST_FILE = "manifest.json"
+ENCODER_FILE = "encoder.onnx"
+HEADS_FILE = "heads.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+REPORT_JSON_FILE = "report.json"
+REPORT_MD_FILE = "report.md"
+REQUIRED_FILES = (ENCODER_FILE, TOKENIZER_FILE)
+
+# ONNX input and output names, in encoder.onnx and heads.onnx.
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+EMBEDDING = "embedding"
+COARSE_LOGITS = "coarse_logits"
+FINE_LOGITS = "fine_logits"
+
+OBJECTIVES = (
+    "v5", "mrl", "inverted", "no-prefix", "uhmt", "mshc", "sfs", "mic", "mipic", "identity"
+)
+POOLING_MODES = ("mean", "cls")
+COARSE = "coarse"
+FINE = "fine"
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_CHUNK_BYTES = 1 << 20
+
+
+class BundleError(ValueError):
+    """A bundle directory that cannot be served: missing, malformed, tampered or unsupported."""
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """The frozen encoder the bundle was made from (as ``training.encoder.EncoderConfig``)."""
+
+    source: str
+    pooling: str
+    max_tokens: int
+    hidden_size: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class HierarchyLevel:
+    """One level of the label hierarchy: its name and its label names, indexed by logit column."""
+
+    name: str
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What ``manifest.json`` holds; constructing one checks that the fields agree.
+
+    ``prefix_dims`` are the prefixes the service may serve, ascending and ending at ``dim``;
+    ``granularity`` names two of them (``coarse`` and ``fine``). ``hierarchy`` lists levels coarse
+    first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them. ``files`` maps every
+    bundle file but the manifest (POSIX path relative to the bundle) to its sha256.
+    """
+
+    name: str
+    objective: str
+    backbone: Backbone
+    dim: int
+    prefix_dims: tuple[int, ...]
+    granularity: dict[str, int]
+    onnx_max_abs_diff: float
+    created_at: str
+    fragment_dim: int | None = None
+    hierarchy: tuple[HierarchyLevel, ...] | None = None
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        _check_manifest(self)
+
+    @property
+    def coarse_dim(self) -> int:
+        return self.granularity[COARSE]
+
+    @property
+    def fine_dim(self) -> int:
+        return self.granularity[FINE]
+
+    @property
+    def content_hash(self) -> str:
+        """A sha256 over the manifest, hence over every file's hash: the bundle's identity."""
+        return hashlib.sha256(_dump(self.to_json()).encode("utf-8")).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["prefix_dims"] = list(self.prefix_dims)
+        data["hierarchy"] = (
+            None
+            if self.hierarchy is None
+            else {"levels": [{"name": lv.name, "labels": list(lv.labels)} for lv in self.hierarchy]}
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Manifest:
+        """Parse and check a decoded ``manifest.json``; every problem is a :class:`BundleError`."""
+        if not isinstance(data, dict):
+            raise BundleError(f"{MANIFEST_FILE} must hold a JSON object")
+        version = data.get("format_version")
+        if version not in SUPPORTED_FORMAT_VERSIONS:
+            raise BundleError(
+                f"{MANIFEST_FILE}: format_version {version!r} is not supported "
+                f"(this reader supports {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BundleError(f"{MANIFEST_FILE}: unknown field(s) {', '.join(unknown)}")
+        required = {"name", "objective", "backbone", "dim", "prefix_dims", "granularity",
+                    "onnx_max_abs_diff", "created_at", "files"}
+        missing = sorted(required - set(data))
+        if missing:
+            raise BundleError(f"{MANIFEST_FILE}: missing required field(s) {', '.join(missing)}")
+        values = dict(data)
+        values["backbone"] = _parse_backbone(data["backbone"])
+        values["prefix_dims"] = _tuple_field(data["prefix_dims"], "prefix_dims")
+        values["hierarchy"] = _parse_hierarchy(data.get("hierarchy"))
+        return cls(**values)
+
+
+def _fail(field_name: str, problem: str) -> BundleError:
+    return BundleError(f"{MANIFEST_FILE}: {field_name} {problem}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tuple_field(value: object, field_name: str) -> tuple:
+    if not isinstance(value, list | tuple):
+        raise _fail(field_name, f"must be a list, not {value!r}")
+    return tuple(value)
+
+
+def _parse_backbone(value: object) -> Backbone:
+    if not isinstance(value, dict):
+        raise _fail("backbone", "must be an object")
+    names = [f.name for f in fields(Backbone)]
+    missing = [name for name in names if name not in value]
+    if missing:
+        raise _fail("backbone", f"is missing {', '.join(missing)}")
+    return Backbone(**{name: value[name] for name in names})
+
+
+def _parse_hierarchy(value: object) -> tuple[HierarchyLevel, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("levels"), list):
+        raise _fail("hierarchy", 'must be an object {"levels": [{"name", "labels"}, ...]}')
+    levels = []
+    for position, level in enumerate(value["levels"]):
+        if not isinstance(level, dict) or "name" not in level or "labels" not in level:
+            raise _fail(f"hierarchy level {position}", 'must be {"name": ..., "labels": [...]}')
+        labels = _tuple_field(level["labels"], f"hierarchy level {position} labels")
+        levels.append(HierarchyLevel(name=level["name"], labels=labels))
+    return tuple(levels)
+
+
+def _check_manifest(manifest: Manifest) -> None:
+    """Every rule a manifest's fields obey on their own; ``load_bundle`` checks the files."""
+    if manifest.format_version not in SUPPORTED_FORMAT_VERSIONS:
+        raise _fail("format_version", f"{manifest.format_version!r} is not supported")
+    if not isinstance(manifest.name, str) or not manifest.name.strip():
+        raise _fail("name", "must be a non-empty string")
+    if manifest.objective not in OBJECTIVES:
+        raise _fail("objective", f"{manifest.objective!r} is not one of {', '.join(OBJECTIVES)}")
+    _check_backbone(manifest.backbone)
+    dim = manifest.dim
+    if not _is_int(dim) or dim < 1:
+        raise _fail("dim", f"must be a positive integer, not {dim!r}")
+    _check_prefix_dims(manifest.prefix_dims, dim)
+    _check_granularity(manifest.granularity, manifest.prefix_dims)
+    fragment = manifest.fragment_dim
+    if fragment is not None and (not _is_int(fragment) or fragment < 1 or dim % fragment):
+        raise _fail("fragment_dim", f"must be a positive divisor of dim={dim}, not {fragment!r}")
+    if manifest.hierarchy is not None:
+        _check_hierarchy(manifest.hierarchy)
+    if not isinstance(manifest.evaluation, dict):
+        raise _fail("evaluation", "must be an object")
+    try:
+        json.dumps(manifest.evaluation)
+    except (TypeError, ValueError) as exc:
+        raise _fail("evaluation", f"must be JSON-serialisable: {exc}") from exc
+    diff = manifest.onnx_max_abs_diff
+    if not isinstance(diff, int | float) or isinstance(diff, bool) or not 0 <= diff < math.inf:
+        raise _fail("onnx_max_abs_diff", f"must be a finite number >= 0, not {diff!r}")
+    if not isinstance(manifest.created_at, str) or not manifest.created_at:
+        raise _fail("created_at", "must be a non-empty ISO 8601 string")
+    _check_files(manifest.files)
+
+
+def _check_backbone(backbone: Backbone) -> None:
+    if not isinstance(backbone.source, str) or not isinstance(backbone.fingerprint, str):
+        raise _fail("backbone", "source and fingerprint must be strings")
+    if backbone.pooling not in POOLING_MODES:
+        raise _fail(
+            "backbone.pooling", f"{backbone.pooling!r} is not one of {', '.join(POOLING_MODES)}"
+        )
+    for name in ("max_tokens", "hidden_size"):
+        value = getattr(backbone, name)
+        if not _is_int(value) or value < 1:
+            raise _fail(f"backbone.{name}", f"must be a positive integer, not {value!r}")
+
+
+def _check_prefix_dims(prefix_dims: tuple[int, ...], dim: int) -> None:
+    if not prefix_dims or not all(_is_int(d) and d > 0 for d in prefix_dims):
+        raise _fail("prefix_dims", f"must be a non-empty list of positive ints, not {prefix_dims}")
+    if any(a >= b for a, b in zip(prefix_dims, prefix_dims[1:], strict=False)):
+        raise _fail("prefix_dims", f"must be strictly ascending, not {list(prefix_dims)}")
+    if prefix_dims[-1] != dim:
+        raise _fail("prefix_dims", f"must end at dim={dim}, not {prefix_dims[-1]}")
+
+
+def _check_granularity(granularity: object, prefix_dims: tuple[int, ...]) -> None:
+    if not isinstance(granularity, dict):
+        raise _fail("granularity", f"must be an object like {{{COARSE!r}: 64, {FINE!r}: 256}}")
+    for key in (COARSE, FINE):
+        if key not in granularity:
+            raise _fail("granularity", f"must name a {key!r} dimension")
+    for key, value in granularity.items():
+        if not _is_int(value) or value not in prefix_dims:
+            raise _fail(
+                f"granularity[{key!r}]", f"= {value!r} is not in prefix_dims {list(prefix_dims)}"
+            )
+    coarse, fine = granularity[COARSE], granularity[FINE]
+    if coarse > fine:
+        raise _fail("granularity", f"coarse ({coarse}) must not exceed fine ({fine})")
+
+
+def _check_hierarchy(levels: tuple[HierarchyLevel, ...]) -> None:
+    if not levels:
+        raise _fail("hierarchy", "must have at least one level")
+    for position, level in enumerate(levels):
+        if not isinstance(level.name, str) or not level.name:
+            raise _fail(f"hierarchy level {position}", "needs a non-empty name")
+        if not level.labels or not all(isinstance(label, str) for label in level.labels):
+            raise _fail(f"hierarchy level {level.name!r}", "needs a non-empty list of label names")
+
+
+def _check_files(files: object) -> None:
+    if not isinstance(files, dict):
+        raise _fail("files", "must map relative paths to sha256 hex digests")
+    for path, digest in files.items():
+        if not _is_safe_relative(path) or path == MANIFEST_FILE:
+            raise _fail("files", f"lists {path!r}, which is not a relative path inside the bundle")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise _fail(f"files[{path!r}]", "is not a sha256 hex digest")
+
+
+def _is_safe_relative(path: object) -> bool:
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    parts = PurePosixPath(path).parts
+    return not PurePosixPath(path).is_absolute() and ".." not in parts and "." not in parts
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
+    """Hash every file under ``bundle_dir`` (except the manifest) and write ``manifest.json``.
+
+    Returns the manifest with ``files`` filled in; whatever ``files`` it held is replaced.
+    """
+    bundle_dir = Path(bundle_dir)
+    files = {
+        path.relative_to(bundle_dir).as_posix(): sha256_file(path)
+        for path in sorted(bundle_dir.rglob("*"))
+        if path.is_file() and path != bundle_dir / MANIFEST_FILE
+    }
+    written = replace(manifest, files=files)
+    tmp = bundle_dir / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(_dump(written.to_json()), encoding="utf-8")
+    tmp.replace(bundle_dir / MANIFEST_FILE)
+    return written
+
+
+def load_bundle(bundle_dir: Path) -> Manifest:
+    """Read and verify a bundle: manifest fields, required files, and every file's sha256.
+
+    Files on disk that the manifest does not list are ignored (they are not part of the bundle).
+    Raises :class:`BundleError` naming the file or field at fault.
+    """
+    bundle_dir = Path(bundle_dir)
+    if not bundle_dir.is_dir():
+        raise BundleError(f"bundle directory not found: {bundle_dir}")
+    manifest_path = bundle_dir / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise BundleError(f"{manifest_path} not found: not a bundle directory")
+    try:
+        data = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{manifest_path} is not valid JSON: {exc}") from exc
+    manifest = Manifest.from_json(data)
+    for required in REQUIRED_FILES:
+        if required not in manifest.files:
+            raise BundleError(f"{manifest_path}: required file {required} is not listed in files")
+    if HEADS_FILE in manifest.files and manifest.hierarchy is None:
+        raise BundleError(f"{manifest_path}: {HEADS_FILE} is listed but hierarchy is missing")
+    for relative, expected in manifest.files.items():
+        path = bundle_dir / relative
+        if not path.is_file():
+            raise BundleError(f"bundle file missing: {path}")
+        if sha256_file(path) != expected:
+            raise BundleError(
+                f"bundle file {path} does not match its sha256 in {MANIFEST_FILE} "
+                "(changed after export?)"
+            )
+    return manifest

@@ -1,0 +1,193 @@
+"""The bundle format on its own: manifest round trip and every way ``load_bundle`` refuses a bundle.
+
+The ONNX and tokenizer files here are placeholder bytes: the format checks presence and hashes,
+not content (tests/training/test_export.py covers real graphs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bundle import (
+    ENCODER_FILE,
+    FORMAT_VERSION,
+    HEADS_FILE,
+    MANIFEST_FILE,
+    TOKENIZER_FILE,
+    Backbone,
+    BundleError,
+    HierarchyLevel,
+    Manifest,
+    load_bundle,
+    write_manifest,
+)
+
+BACKBONE = Backbone(
+    source="/models/minilm", pooling="mean", max_tokens=256, hidden_size=384, fingerprint="abc123"
+)
+
+
+def _manifest(**changes: object) -> Manifest:
+    fields: dict = {
+        "name": "test-v5",
+        "objective": "v5",
+        "backbone": BACKBONE,
+        "dim": 256,
+        "prefix_dims": (64, 128, 192, 256),
+        "granularity": {"coarse": 64, "fine": 256},
+        "hierarchy": (
+            HierarchyLevel("domain", ("banking", "travel")),
+            HierarchyLevel("intent", ("balance", "transfer", "book_flight")),
+        ),
+        "evaluation": {"knn_accuracy": {"64": 0.9, "256": 0.8}},
+        "onnx_max_abs_diff": 1.5e-6,
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    fields.update(changes)
+    return Manifest(**fields)
+
+
+@pytest.fixture
+def bundle_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    (folder / ENCODER_FILE).write_bytes(b"encoder graph bytes")
+    (folder / HEADS_FILE).write_bytes(b"heads graph bytes")
+    (folder / TOKENIZER_FILE).write_text('{"model": {}}', encoding="utf-8")
+    (folder / "plots").mkdir()
+    (folder / "plots" / "accuracy.png").write_bytes(b"\x89PNG")
+    write_manifest(folder, _manifest())
+    return folder
+
+
+def _edit_manifest(folder: Path, edit: Callable[[dict], None]) -> None:
+    path = folder / MANIFEST_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_round_trip(bundle_dir: Path) -> None:
+    manifest = load_bundle(bundle_dir)
+    assert manifest == Manifest.from_json(manifest.to_json())
+    assert manifest.format_version == FORMAT_VERSION
+    assert set(manifest.files) == {ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, "plots/accuracy.png"}
+    assert (manifest.coarse_dim, manifest.fine_dim) == (64, 256)
+    assert manifest.hierarchy[1].labels == ("balance", "transfer", "book_flight")
+    assert manifest.evaluation == {"knn_accuracy": {"64": 0.9, "256": 0.8}}
+    assert len(manifest.content_hash) == 64
+
+
+def test_rewriting_the_manifest_rehashes_the_files(bundle_dir: Path) -> None:
+    before = load_bundle(bundle_dir)
+    (bundle_dir / HEADS_FILE).write_bytes(b"other heads")
+    after = write_manifest(bundle_dir, before)
+    assert after.files[HEADS_FILE] != before.files[HEADS_FILE]
+    assert after.content_hash != before.content_hash
+    assert load_bundle(bundle_dir) == after
+
+
+def test_unlisted_extra_files_are_ignored(bundle_dir: Path) -> None:
+    (bundle_dir / "notes.txt").write_text("not part of the bundle", encoding="utf-8")
+    assert "notes.txt" not in load_bundle(bundle_dir).files
+
+
+def test_reader_needs_neither_torch_nor_numpy() -> None:
+    code = "import sys, bundle; sys.exit(bool({'torch', 'numpy', 'onnx'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
+    assert result.returncode == 0
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="bundle directory not found"):
+        load_bundle(tmp_path / "nowhere")
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="manifest.json not found"):
+        load_bundle(tmp_path)
+
+
+def test_missing_file(bundle_dir: Path) -> None:
+    (bundle_dir / TOKENIZER_FILE).unlink()
+    with pytest.raises(BundleError, match=r"bundle file missing: .*tokenizer\.json"):
+        load_bundle(bundle_dir)
+
+
+def test_tampered_file(bundle_dir: Path) -> None:
+    (bundle_dir / ENCODER_FILE).write_bytes(b"encoder graph bytes, changed")
+    with pytest.raises(BundleError, match=r"encoder\.onnx does not match its sha256"):
+        load_bundle(bundle_dir)
+
+
+def test_bad_json(bundle_dir: Path) -> None:
+    (bundle_dir / MANIFEST_FILE).write_text('{"name": ', encoding="utf-8")
+    with pytest.raises(BundleError, match="manifest.json is not valid JSON"):
+        load_bundle(bundle_dir)
+
+
+def test_required_file_not_listed(tmp_path: Path) -> None:
+    (tmp_path / TOKENIZER_FILE).write_text("{}", encoding="utf-8")
+    write_manifest(tmp_path, _manifest(hierarchy=None))
+    with pytest.raises(BundleError, match="required file encoder.onnx is not listed"):
+        load_bundle(tmp_path)
+
+
+def test_heads_without_hierarchy(bundle_dir: Path) -> None:
+    write_manifest(bundle_dir, _manifest(hierarchy=None))
+    with pytest.raises(BundleError, match="heads.onnx is listed but hierarchy is missing"):
+        load_bundle(bundle_dir)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.update(format_version=2), "format_version 2 is not supported"),
+        (lambda m: m.pop("format_version"), "format_version None is not supported"),
+        (lambda m: m.pop("dim"), "missing required field.s. dim"),
+        (lambda m: m.update(colour="blue"), "unknown field.s. colour"),
+        (lambda m: m.update(objective="magic"), "objective 'magic' is not one of"),
+        (lambda m: m.update(dim=0), "dim must be a positive integer"),
+        (lambda m: m.update(prefix_dims=[64, 128]), "prefix_dims must end at dim=256, not 128"),
+        (lambda m: m.update(prefix_dims=[128, 64, 256]), "prefix_dims must be strictly ascending"),
+        (lambda m: m.update(prefix_dims=[]), "prefix_dims must be a non-empty list"),
+        (lambda m: m.update(prefix_dims="64,256"), "prefix_dims must be a list"),
+        (
+            lambda m: m.update(granularity={"coarse": 100, "fine": 256}),
+            r"granularity\['coarse'\] = 100 is not in prefix_dims \[64, 128, 192, 256\]",
+        ),
+        (lambda m: m.update(granularity={"coarse": 64}), "granularity must name a 'fine'"),
+        (
+            lambda m: m.update(granularity={"coarse": 256, "fine": 64}),
+            r"coarse \(256\) must not exceed fine \(64\)",
+        ),
+        (lambda m: m.update(fragment_dim=48), "fragment_dim must be a positive divisor of dim"),
+        (lambda m: m["backbone"].update(pooling="max"), "backbone.pooling 'max' is not one of"),
+        (lambda m: m["backbone"].pop("hidden_size"), "backbone is missing hidden_size"),
+        (lambda m: m.update(hierarchy={"levels": []}), "hierarchy must have at least one level"),
+        (lambda m: m.update(hierarchy=[]), "hierarchy must be an object"),
+        (lambda m: m.update(onnx_max_abs_diff=-1), "onnx_max_abs_diff must be a finite number"),
+        (lambda m: m.update(evaluation=None), "evaluation must be an object"),
+        (lambda m: m["files"].update({"../x": "0" * 64}), "lists '../x', which is not a relative"),
+        (lambda m: m["files"].update({ENCODER_FILE: "abc"}), "is not a sha256 hex digest"),
+        (lambda m: m.pop("files"), "missing required field.s. files"),
+    ],
+)
+def test_invalid_manifest(bundle_dir: Path, edit: Callable[[dict], None], message: str) -> None:
+    _edit_manifest(bundle_dir, edit)
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle_dir)
+
+
+def test_manifest_checks_its_fields_when_built() -> None:
+    with pytest.raises(BundleError, match="prefix_dims must end at dim=384"):
+        _manifest(dim=384)
+    with pytest.raises(BundleError, match="evaluation must be JSON-serialisable"):
+        _manifest(evaluation={"plot": object()})
+    assert isinstance(BundleError("x"), ValueError)
