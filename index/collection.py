@@ -1,0 +1,385 @@
+"""A collection: the SQLite store of record plus FAISS indexes per resolution, kept in step.
+
+For every served prefix dimension and every configured kind there is one cosine index (the
+prefix, L2-normalised) and, when ``fragment_dim`` is set, one SFS index (see
+:mod:`index.fragments`). All indexes, and the in-memory table of full unit vectors used for C2F
+re-ranking, are derived from the store:
+
+- a write commits to SQLite first and only then updates the indexes, so an acknowledged write is
+  never lost; on open, the indexes come from the last snapshot, caught up with the store's change
+  log, or are rebuilt from the store when the snapshot cannot be used.
+- searches share a readers-writer lock. Writes are serialised by a separate mutex, do their
+  validation, normalisation and SQLite commit without the readers-writer lock, and take it
+  exclusively only for one chunk of one index at a time, so a search waits for at most one such
+  step, never for a whole batch. Rebuilds (HNSW compaction, PQ training) are built beside the live
+  index and swapped in.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from index.fragments import check_fragment_dim, fragment_unit
+from index.kinds import KINDS, HnswParams, PqParams, VectorIndex, create_index, read_index
+from index.locking import ReadWriteLock
+from index.snapshot import load_snapshot, write_snapshot
+from index.store import ChangeSet, Document, Store
+from index.table import VectorTable
+from index.vectors import as_matrix, prefix_unit, unit_rows
+
+SCORINGS = ("cosine", "sfs")
+CHUNK = 256
+"""Documents added to an index per hold of the exclusive lock."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a document id and its score (cosine or mean fragment cosine)."""
+
+    id: str
+    score: float
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """Which index: scoring (``cosine`` or ``sfs``), prefix dimension and kind."""
+
+    scoring: str
+    dim: int
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.scoring}-{self.dim}-{self.kind}"
+
+
+def _check_count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class Collection:
+    """Documents with full vectors, searchable by cosine or SFS at each served prefix dimension.
+
+    ``path`` is a directory (created if missing) holding ``store.sqlite3`` and ``snapshot/``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        dim: int,
+        prefix_dims: Sequence[int],
+        index_kinds: Sequence[str] = ("exact",),
+        hnsw: HnswParams | None = None,
+        pq: PqParams | None = None,
+        fragment_dim: int | None = None,
+    ) -> None:
+        _check_count(dim, "dim")
+        prefix_dims = tuple(sorted({_check_count(d, "every prefix dim") for d in prefix_dims}))
+        if not prefix_dims or prefix_dims[-1] > dim:
+            raise ValueError(f"prefix_dims must be a non-empty set of dims <= {dim}")
+        unknown = set(index_kinds) - set(KINDS)
+        if unknown or not index_kinds:
+            raise ValueError(
+                f"index_kinds must be some of {', '.join(KINDS)}; got {list(index_kinds)}"
+            )
+        self.hnsw = hnsw or HnswParams()
+        self.pq = pq or PqParams()
+        if "pq" in index_kinds:
+            for prefix_dim in prefix_dims:
+                self.pq.check_dim(prefix_dim)
+        if fragment_dim is not None:
+            for prefix_dim in prefix_dims:
+                check_fragment_dim(prefix_dim, fragment_dim)
+        self.path = Path(path)
+        self.dim = dim
+        self.prefix_dims = prefix_dims
+        self.index_kinds = tuple(kind for kind in KINDS if kind in index_kinds)
+        self.fragment_dim = fragment_dim
+        scorings = SCORINGS if fragment_dim is not None else SCORINGS[:1]
+        self._specs = {
+            spec.name: spec
+            for spec in (
+                IndexSpec(scoring, prefix_dim, kind)
+                for scoring in scorings
+                for prefix_dim in prefix_dims
+                for kind in self.index_kinds
+            )
+        }
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._store = Store(self.path / "store.sqlite3", dim)
+        self._lock = ReadWriteLock()
+        self._writer = threading.Lock()
+        self._table = VectorTable(dim)
+        live = self._store.live_rows()
+        self._table.add(live.rows, live.doc_ids, unit_rows(live.vectors))
+        self._indexes: dict[str, VectorIndex] = {}
+        self._recovery: dict = {}
+        self._applied: int | None = 0
+        self._open_indexes()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _config(self, spec: IndexSpec) -> dict:
+        """Everything that decides an index's contents; a snapshot must match it to be used."""
+        config: dict = {"scoring": spec.scoring, "dim": spec.dim, "kind": spec.kind}
+        if spec.scoring == "sfs":
+            config["fragment_dim"] = self.fragment_dim
+        if spec.kind == "hnsw":
+            config["params"] = asdict(self.hnsw)
+        if spec.kind == "pq":
+            config["params"] = asdict(self.pq)
+        return config
+
+    def _map(self, scoring: str, dim: int, matrix: np.ndarray) -> np.ndarray:
+        """Vectors (full or already cut to ``dim``) in the space of a ``scoring`` index."""
+        if scoring == "cosine":
+            return prefix_unit(matrix, dim)
+        if self.fragment_dim is None:
+            raise ValueError("sfs scoring needs a collection opened with a fragment_dim")
+        return fragment_unit(matrix, dim, self.fragment_dim)
+
+    def _build(self, spec: IndexSpec) -> VectorIndex:
+        index = create_index(spec.kind, spec.dim, self.hnsw, self.pq)
+        if len(self._table):
+            index.add(self._table.ids, self._map(spec.scoring, spec.dim, self._table.vectors))
+        return index.replacement() or index
+
+    def _open_indexes(self) -> None:
+        configs = {name: self._config(spec) for name, spec in self._specs.items()}
+
+        def open_index(name: str, path: Path) -> VectorIndex:
+            spec = self._specs[name]
+            return read_index(spec.kind, spec.dim, path, self.hnsw, self.pq)
+
+        loaded = load_snapshot(self.path / "snapshot", self._store, configs, open_index)
+        if loaded.indexes:
+            changes = self._store.changes_since(loaded.counter)
+        else:
+            changes = ChangeSet((), (), self._store.counter)
+        added = np.array(changes.added, dtype=np.int64)
+        removed = np.array(changes.removed, dtype=np.int64)
+        for name, spec in self._specs.items():
+            index = loaded.indexes.get(name)
+            if index is None:
+                self._indexes[name] = self._build(spec)
+                continue
+            if removed.size:
+                index.remove(removed)
+            if added.size:
+                index.add(added, self._map(spec.scoring, spec.dim, self._table.gather(added)))
+            self._indexes[name] = index.replacement() or index
+        self._applied = changes.counter
+        self._recovery = {
+            "snapshot_counter": loaded.counter if loaded.indexes else None,
+            "loaded": sorted(loaded.indexes),
+            "caught_up_changes": len(changes.added) + len(changes.removed),
+            "rebuilt": dict(sorted(loaded.problems.items())),
+        }
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        metadata: Sequence[dict] | None = None,
+    ) -> int:
+        """Add documents, replacing those with the same ids; return the store's change counter.
+
+        ``vectors`` are full, ``(len(ids), dim)``. The write is committed before the indexes are
+        updated, and both are done when this returns.
+        """
+        if isinstance(ids, str) or isinstance(texts, str):
+            raise ValueError("ids and texts must be sequences of strings, not a single string")
+        matrix = as_matrix(vectors, (self.dim,), "vectors")
+        metadata = [{} for _ in ids] if metadata is None else list(metadata)
+        if not len(ids) == len(texts) == len(metadata) == matrix.shape[0]:
+            raise ValueError(
+                f"got {len(ids)} ids, {len(texts)} texts, {len(metadata)} metadata and "
+                f"{matrix.shape[0]} vectors; they must all be the same length"
+            )
+        if len(set(ids)) != len(ids):
+            raise ValueError("ids must be unique within one upsert")
+        documents = [
+            Document(id=doc_id, text=text, vector=vector, metadata=meta)
+            for doc_id, text, vector, meta in zip(ids, texts, matrix, metadata, strict=True)
+        ]
+        unit = unit_rows(matrix)
+        spaces = {(spec.scoring, spec.dim) for spec in self._specs.values()}
+        mapped = {space: self._map(*space, unit) for space in spaces}
+        with self._writer:
+            upserted = self._store.upsert(documents)
+            self._applied = None  # until the indexes have caught up; see snapshot()
+            rows = np.array(upserted.rows, dtype=np.int64)
+            replaced = np.array([row for row in upserted.replaced if row is not None], np.int64)
+            for start in range(0, len(rows), CHUNK):
+                chunk = slice(start, start + CHUNK)
+                old = np.array(
+                    [row for row in upserted.replaced[chunk] if row is not None], np.int64
+                )
+                with self._lock.write():
+                    self._table.add(rows[chunk], ids[chunk], unit[chunk])
+                for name, spec in self._specs.items():
+                    with self._lock.write():
+                        index = self._indexes[name]
+                        if old.size:
+                            index.remove(old)
+                        index.add(rows[chunk], mapped[spec.scoring, spec.dim][chunk])
+            with self._lock.write():
+                self._table.remove(replaced)
+            self._swap_in_replacements()
+            self._applied = upserted.counter
+        return upserted.counter
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete documents by id (unknown ids are ignored); return how many were deleted."""
+        if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
+            raise ValueError("ids must be a sequence of non-empty strings")
+        with self._writer:
+            deleted = self._store.delete(ids)
+            self._applied = None
+            rows = np.array(deleted.removed, dtype=np.int64)
+            if rows.size:
+                for name in self._specs:
+                    with self._lock.write():
+                        self._indexes[name].remove(rows)
+                with self._lock.write():
+                    self._table.remove(rows)
+                self._swap_in_replacements()
+            self._applied = deleted.counter
+        return len(rows)
+
+    def _swap_in_replacements(self) -> None:
+        """Rebuild indexes that are due (outside the lock; the writer mutex is held)."""
+        for name, index in list(self._indexes.items()):
+            fresh = index.replacement()
+            if fresh is not None:
+                with self._lock.write():
+                    self._indexes[name] = fresh
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, doc_id: str) -> Document | None:
+        """The stored document (its vector as it was given), or None."""
+        return self._store.get(doc_id)
+
+    def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
+        spec = self._specs.get(IndexSpec(scoring, dim, kind).name)
+        if spec is None:
+            served = ", ".join(sorted(self._specs))
+            raise ValueError(
+                f"no {kind!r} index for scoring {scoring!r} at dim {dim!r}; served: {served}"
+            )
+        return spec
+
+    def _hits(self, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
+        return [
+            Hit(self._table.doc_id(int(row)), float(score))
+            for score, row in zip(scores, rows, strict=True)
+            if row >= 0
+        ]
+
+    def search(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        dim: int,
+        kind: str = "exact",
+        scoring: str = "cosine",
+    ) -> list[list[Hit]]:
+        """The ``k`` best documents for each query, best first, from one index.
+
+        Queries may be full vectors or already cut to ``dim``; either way they are cut and
+        normalised here. Scores are cosines of the ``dim`` prefixes, or with ``scoring="sfs"``
+        mean fragment cosines.
+        """
+        spec = self._spec(scoring, dim, kind)
+        k = _check_count(k, "k")
+        queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
+        mapped = self._map(scoring, dim, queries)
+        with self._lock.read():
+            k = min(k, max(len(self._table), 1))  # FAISS allocates n * k results
+            scores, rows = self._indexes[spec.name].search(mapped, k)
+            return [self._hits(s, r) for s, r in zip(scores, rows, strict=True)]
+
+    def search_c2f(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        coarse_dim: int,
+        factor: int = 4,
+        kind: str = "exact",
+    ) -> list[list[Hit]]:
+        """Coarse-to-fine: shortlist ``k * factor`` by cosine at ``coarse_dim`` with the ``kind``
+        index, then re-rank the shortlist exactly by full-dimension cosine and keep ``k``."""
+        spec = self._spec("cosine", coarse_dim, kind)
+        k = _check_count(k, "k")
+        shortlist = k * _check_count(factor, "factor")
+        queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
+        coarse = prefix_unit(queries, coarse_dim)
+        full = unit_rows(queries)
+        results: list[list[Hit]] = []
+        with self._lock.read():
+            shortlist = min(shortlist, max(len(self._table), 1))
+            _, candidates = self._indexes[spec.name].search(coarse, shortlist)
+            for query, rows in zip(full, candidates, strict=True):
+                rows = rows[rows >= 0]
+                scores = self._table.gather(rows) @ query
+                best = np.argsort(-scores, kind="stable")[:k]
+                results.append(self._hits(scores[best], rows[best]))
+        return results
+
+    def stats(self) -> dict:
+        """Document count, change counter, per-index sizes and state, and how opening went."""
+        with self._lock.read():
+            return {
+                "documents": len(self._table),
+                "dim": self.dim,
+                "prefix_dims": list(self.prefix_dims),
+                "fragment_dim": self.fragment_dim,
+                "change_counter": self._applied,
+                "indexes": {
+                    name: {"scoring": spec.scoring, **self._indexes[name].stats()}
+                    for name, spec in self._specs.items()
+                },
+                "recovery": self._recovery,
+            }
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def snapshot(self) -> int:
+        """Write every index to ``path/snapshot`` and return the change counter it reflects.
+
+        Searches go on meanwhile; writes wait. The change log up to that counter is then pruned.
+        """
+        with self._writer:
+            if self._applied is None:
+                raise RuntimeError(
+                    "an earlier write failed while updating the indexes, so they match no state "
+                    "of the store; reopen the collection to rebuild them"
+                )
+            entries = {
+                name: (self._config(spec), self._indexes[name])
+                for name, spec in self._specs.items()
+            }
+            write_snapshot(self.path / "snapshot", self._applied, self._store.store_id, entries)
+            self._store.prune_changes(self._applied)
+            return self._applied
+
+    def close(self) -> None:
+        """Close the store. Nothing needs flushing: every write was committed when it returned."""
+        self._store.close()
+
+    def __enter__(self) -> Collection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

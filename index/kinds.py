@@ -1,0 +1,283 @@
+"""The FAISS index kinds: ``exact``, ``hnsw`` and ``pq``, all inner product over unit vectors.
+
+Each kind wraps an ``IndexIDMap2`` so that FAISS ids are the store's row ids. Callers hand in
+vectors already mapped to the index's space (cosine or SFS) as float32 ``(n, dim)`` matrices and
+int64 ids, and do their own locking: ``search`` may run in several threads at once, ``add`` and
+``remove`` need exclusive access, and ``replacement`` only reads (it may run beside searches).
+
+- ``exact``: ``IndexFlatIP``; removal is physical.
+- ``hnsw``: ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT``. HNSW cannot remove a node, so a
+  removed id becomes a tombstone: it stays in the graph (still useful for navigating) and searches
+  exclude it with an ``IDSelector`` inside the graph walk, so a search still returns ``k`` live
+  results without over-fetching. Once tombstones pass ``max_deleted_fraction`` of the graph,
+  :meth:`HnswIndex.replacement` builds a fresh graph from the live vectors.
+- ``pq``: ``IndexPQ`` (``m`` sub-quantizers of ``nbits`` bits each). A codebook needs training
+  data, so until ``train_size`` vectors exist the index is an exact flat index (``stats`` says
+  ``"trained": False``); :meth:`PqIndex.replacement` then trains once on every vector present and
+  re-encodes them. Removal is physical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import faiss
+import numpy as np
+
+KINDS = ("exact", "hnsw", "pq")
+
+
+@dataclass(frozen=True)
+class HnswParams:
+    """Graph degree ``m``, build and search beam widths, and the tombstone rebuild threshold."""
+
+    m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    max_deleted_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        if min(self.m, self.ef_construction, self.ef_search) < 1:
+            raise ValueError(f"HNSW m, ef_construction and ef_search must be >= 1, got {self}")
+        if not 0.0 < self.max_deleted_fraction < 1.0:
+            raise ValueError(
+                f"HNSW max_deleted_fraction must be in (0, 1), got {self.max_deleted_fraction}"
+            )
+
+
+@dataclass(frozen=True)
+class PqParams:
+    """``m`` sub-quantizers of ``nbits`` bits; train once ``train_size`` vectors exist.
+
+    ``min_train`` defaults to 39 vectors per centroid, the least FAISS's k-means accepts without
+    a warning.
+    """
+
+    m: int = 16
+    nbits: int = 8
+    min_train: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.m < 1 or not 1 <= self.nbits <= 16:
+            raise ValueError(f"PQ needs m >= 1 and 1 <= nbits <= 16, got {self}")
+        if self.min_train is not None and self.min_train < 2**self.nbits:
+            raise ValueError(
+                f"PQ min_train must be at least 2**nbits = {2**self.nbits} (one vector per "
+                f"centroid), got {self.min_train}"
+            )
+
+    @property
+    def train_size(self) -> int:
+        return self.min_train if self.min_train is not None else 39 * 2**self.nbits
+
+    def check_dim(self, dim: int) -> None:
+        """Raise :class:`ValueError` unless ``m`` divides ``dim``."""
+        if dim % self.m:
+            raise ValueError(f"PQ m={self.m} sub-quantizers must divide the dimension {dim}")
+
+
+def _flat_contents(index: faiss.IndexIDMap2) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and stored vectors of an ID-mapped ``IndexFlat`` or ``IndexHNSWFlat``."""
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexHNSWFlat):
+        inner = faiss.downcast_index(inner.storage)
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    vectors = faiss.vector_to_array(inner.codes).view(np.float32).reshape(-1, index.d)
+    return ids, vectors
+
+
+class VectorIndex:
+    """An ID-mapped FAISS inner-product index of one kind and dimension."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, dim: int, index: faiss.IndexIDMap2) -> None:
+        self.dim = dim
+        self._index = index
+        self._version = 0
+        self._nbytes: tuple[int, int] | None = None
+
+    def __len__(self) -> int:
+        """How many live vectors the index returns from."""
+        return int(self._index.ntotal)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._index.add_with_ids(vectors, ids)
+        self._version += 1
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Remove ids that are in the index."""
+        self._index.remove_ids(faiss.IDSelectorBatch(ids))
+        self._version += 1
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and ids, ``(n, k)`` each, best first; missing results have id -1."""
+        return self._index.search(queries, k)
+
+    def replacement(self) -> VectorIndex | None:
+        """A rebuilt index that should take this one's place, or None (the default)."""
+        return None
+
+    def nbytes(self) -> int:
+        """Size of the serialised FAISS index, recomputed only after a change."""
+        cached = self._nbytes
+        if cached is None or cached[0] != self._version:
+            cached = (self._version, len(faiss.serialize_index(self._index)))
+            self._nbytes = cached
+        return cached[1]
+
+    def stats(self) -> dict:
+        return {"kind": self.kind, "dim": self.dim, "vectors": len(self), "bytes": self.nbytes()}
+
+    def save(self, path: Path) -> list[Path]:
+        """Write the index (and any state FAISS does not hold) to new files; return them all."""
+        faiss.write_index(self._index, str(path))
+        return [path]
+
+
+class ExactIndex(VectorIndex):
+    """Brute-force inner product (``IndexFlatIP``)."""
+
+    kind = "exact"
+
+    def __init__(self, dim: int, index: faiss.IndexIDMap2 | None = None) -> None:
+        super().__init__(dim, index or faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
+
+
+class HnswIndex(VectorIndex):
+    """An HNSW graph with tombstones for removed ids (see the module docstring)."""
+
+    kind = "hnsw"
+
+    def __init__(
+        self,
+        dim: int,
+        params: HnswParams,
+        index: faiss.IndexIDMap2 | None = None,
+        deleted: np.ndarray | None = None,
+    ) -> None:
+        if index is None:
+            graph = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+            graph.hnsw.efConstruction = params.ef_construction
+            index = faiss.IndexIDMap2(graph)
+        super().__init__(dim, index)
+        self.params = params
+        self._deleted: set[int] = set() if deleted is None else {int(i) for i in deleted}
+        self._live_selector = self._make_live_selector()
+
+    def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
+        """``(IDSelectorNot(deleted), deleted)`` or ``()``; FAISS holds raw pointers to both."""
+        if not self._deleted:
+            return ()
+        deleted = faiss.IDSelectorBatch(np.fromiter(self._deleted, np.int64))
+        return (faiss.IDSelectorNot(deleted), deleted)
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal) - len(self._deleted)
+
+    def deleted_ids(self) -> np.ndarray:
+        return np.array(sorted(self._deleted), dtype=np.int64)
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Tombstone ids that are in the index."""
+        self._deleted.update(int(i) for i in ids)
+        self._live_selector = self._make_live_selector()
+        self._version += 1
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        # Parameters are made per call: IndexIDMap2 rewrites their selector while it searches.
+        search_params = faiss.SearchParametersHNSW()
+        search_params.efSearch = self.params.ef_search
+        if self._live_selector:
+            search_params.sel = self._live_selector[0]
+        return self._index.search(queries, k, params=search_params)
+
+    def replacement(self) -> HnswIndex | None:
+        if len(self._deleted) <= self.params.max_deleted_fraction * self._index.ntotal:
+            return None
+        ids, vectors = _flat_contents(self._index)
+        live = ~np.isin(ids, self.deleted_ids())
+        fresh = HnswIndex(self.dim, self.params)
+        fresh.add(ids[live], np.ascontiguousarray(vectors[live]))
+        return fresh
+
+    def stats(self) -> dict:
+        return {**super().stats(), "deleted": len(self._deleted), **asdict(self.params)}
+
+    def save(self, path: Path) -> list[Path]:
+        deleted_path = path.with_suffix(".deleted.npy")
+        np.save(deleted_path, self.deleted_ids())
+        return [*super().save(path), deleted_path]
+
+
+class PqIndex(VectorIndex):
+    """Product quantisation once trained, an exact flat index until then."""
+
+    kind = "pq"
+
+    def __init__(self, dim: int, params: PqParams, index: faiss.IndexIDMap2 | None = None) -> None:
+        params.check_dim(dim)
+        super().__init__(dim, index or faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
+        self.params = params
+
+    @property
+    def trained(self) -> bool:
+        return isinstance(faiss.downcast_index(self._index.index), faiss.IndexPQ)
+
+    def replacement(self) -> PqIndex | None:
+        if self.trained or len(self) < self.params.train_size:
+            return None
+        ids, vectors = _flat_contents(self._index)
+        quantizer = faiss.IndexPQ(
+            self.dim, self.params.m, self.params.nbits, faiss.METRIC_INNER_PRODUCT
+        )
+        quantizer.train(vectors)
+        fresh = PqIndex(self.dim, self.params, faiss.IndexIDMap2(quantizer))
+        fresh.add(ids, vectors)
+        return fresh
+
+    def stats(self) -> dict:
+        """``trained`` False means the index still answers exactly, from a flat index."""
+        return {
+            **super().stats(),
+            "trained": self.trained,
+            "train_size": self.params.train_size,
+            "m": self.params.m,
+            "nbits": self.params.nbits,
+        }
+
+
+def create_index(kind: str, dim: int, hnsw: HnswParams, pq: PqParams) -> VectorIndex:
+    """A new, empty index of ``kind``."""
+    if kind == "exact":
+        return ExactIndex(dim)
+    if kind == "hnsw":
+        return HnswIndex(dim, hnsw)
+    if kind == "pq":
+        return PqIndex(dim, pq)
+    raise ValueError(f"unknown index kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def read_index(kind: str, dim: int, path: Path, hnsw: HnswParams, pq: PqParams) -> VectorIndex:
+    """Load an index that :meth:`VectorIndex.save` wrote; :class:`ValueError` if it is not one
+    of ``kind`` and ``dim`` (FAISS raises :class:`RuntimeError` for an unreadable file)."""
+    index = faiss.read_index(str(path))
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else None
+    expected = {
+        "exact": (faiss.IndexFlat,),
+        "hnsw": (faiss.IndexHNSWFlat,),
+        "pq": (faiss.IndexFlat, faiss.IndexPQ),
+    }[kind]
+    if (
+        not isinstance(inner, expected)
+        or index.d != dim
+        or index.metric_type != faiss.METRIC_INNER_PRODUCT
+    ):
+        raise ValueError(f"{path} does not hold a {dim}-d inner-product {kind} index")
+    if kind == "exact":
+        return ExactIndex(dim, index)
+    if kind == "hnsw":
+        return HnswIndex(dim, hnsw, index, np.load(path.with_suffix(".deleted.npy")))
+    return PqIndex(dim, pq, index)

@@ -1,0 +1,129 @@
+"""Index snapshots on disk: FAISS files plus a manifest that says which store state they show.
+
+A snapshot directory holds ``manifest.json`` and the files it names. Writing never overwrites a
+file the current manifest names: new index files get a fresh random prefix, are flushed to disk,
+and only then does a new manifest replace the old one (``os.replace``, atomic). A crash at any
+point leaves either the old snapshot or the new one, never a mix.
+
+The manifest records the store's id and the change counter the indexes reflect, and for each
+index its configuration and the sha256 of each of its files. :func:`load_snapshot` uses an index
+only when all of these still match; anything else is reported as a problem so that the caller
+rebuilds that index from the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from index.kinds import VectorIndex
+from index.store import Store
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+@dataclass
+class LoadedSnapshot:
+    """The indexes that could be used, the counter they reflect, and why others could not."""
+
+    counter: int = 0
+    indexes: dict[str, VectorIndex] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_snapshot(
+    directory: Path,
+    counter: int,
+    store_id: str,
+    entries: Mapping[str, tuple[dict, VectorIndex]],
+) -> None:
+    """Write every index (by name, with its configuration) as the snapshot at ``counter``.
+
+    The caller guarantees the indexes do not change while this runs.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    prefix = uuid.uuid4().hex[:12]
+    manifest: dict = {"format": FORMAT, "counter": counter, "store_id": store_id, "indexes": {}}
+    for name, (config, index) in entries.items():
+        files = index.save(directory / f"{prefix}-{name}.faiss")
+        for path in files:
+            _fsync(path)
+        manifest["indexes"][name] = {
+            "config": config,
+            "index_file": files[0].name,
+            "sha256": {path.name: _sha256(path) for path in files},
+        }
+    pending = directory / f"{prefix}.manifest.tmp"
+    pending.write_text(json.dumps(manifest, indent=2))
+    _fsync(pending)
+    os.replace(pending, directory / MANIFEST)
+    _fsync(directory)
+    kept = {MANIFEST} | {name for entry in manifest["indexes"].values() for name in entry["sha256"]}
+    for path in directory.iterdir():
+        if path.name not in kept:
+            path.unlink()
+
+
+def load_snapshot(
+    directory: Path,
+    store: Store,
+    configs: Mapping[str, dict],
+    open_index: Callable[[str, Path], VectorIndex],
+) -> LoadedSnapshot:
+    """Load each index named in ``configs`` that the snapshot holds intact and up to date with
+    ``configs``; ``open_index(name, path)`` reads one file (and raises on a bad one)."""
+    path = directory / MANIFEST
+    if not path.exists():
+        return LoadedSnapshot(problems={name: "no snapshot" for name in configs})
+    try:
+        manifest = json.loads(path.read_text())
+        counter = int(manifest["counter"])
+        if manifest["format"] != FORMAT or manifest["store_id"] != store.store_id:
+            raise ValueError("the snapshot was written for another store or format")
+        if not store.pruned_through <= counter <= store.counter:
+            raise ValueError(
+                f"snapshot counter {counter} is outside what the store can catch up from "
+                f"({store.pruned_through}..{store.counter})"
+            )
+        entries = dict(manifest["indexes"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return LoadedSnapshot(problems={name: f"unusable manifest: {exc}" for name in configs})
+    loaded = LoadedSnapshot(counter=counter)
+    for name, config in configs.items():
+        entry = entries.get(name)
+        if entry is None:
+            loaded.problems[name] = "not in the snapshot"
+            continue
+        if entry.get("config") != config:
+            loaded.problems[name] = "parameters changed since the snapshot"
+            continue
+        try:
+            for file_name, digest in entry["sha256"].items():
+                if _sha256(directory / file_name) != digest:
+                    raise ValueError(f"{file_name} does not match its checksum")
+            loaded.indexes[name] = open_index(name, directory / entry["index_file"])
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            loaded.problems[name] = f"unreadable: {exc}"
+    return loaded

@@ -1,0 +1,308 @@
+"""The store of record: documents and their full vectors in SQLite.
+
+FAISS indexes are derived from this store and can always be rebuilt from it. Every write commits
+(WAL journal, ``synchronous=FULL``) before it returns, so a write that returned survives a crash.
+
+Each version of a document is one row with an integer ``row_id`` that never changes and is never
+reused (``AUTOINCREMENT``); it is the document's FAISS id. Replacing a document deletes its row
+and inserts a new one, so an index only ever adds and removes ids, never edits one in place.
+
+Every row added or removed gets the next value of a change counter and a line in the ``changes``
+log. An index that reflects the store up to counter ``c`` catches up with
+:meth:`Store.changes_since` ``(c)``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS documents (
+        row_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        doc_id TEXT NOT NULL UNIQUE,
+        text TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        seq INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS changes (
+        seq INTEGER PRIMARY KEY,
+        row_id INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('add', 'remove'))
+    )""",
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: a non-empty string id, its text, JSON metadata and its full vector."""
+
+    id: str
+    text: str
+    vector: np.ndarray
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"document ids must be non-empty strings, got {self.id!r}")
+        if not isinstance(self.text, str):
+            raise ValueError(f"document {self.id!r}: text must be a string")
+        if not isinstance(self.metadata, dict):
+            raise ValueError(f"document {self.id!r}: metadata must be a JSON object (a dict)")
+        try:
+            json.dumps(self.metadata)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"document {self.id!r}: metadata is not JSON-serialisable: {exc}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Upserted:
+    """What one upsert committed: per document, its new row and the row it replaced (if any)."""
+
+    rows: tuple[int, ...]
+    replaced: tuple[int | None, ...]
+    counter: int
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """Rows added (still present) and rows removed (present before) since some counter value."""
+
+    added: tuple[int, ...]
+    removed: tuple[int, ...]
+    counter: int
+
+
+@dataclass(frozen=True)
+class LiveRows:
+    """Every present document's row id, string id and full vector, in row order."""
+
+    rows: np.ndarray
+    doc_ids: list[str]
+    vectors: np.ndarray
+
+
+class Store:
+    """Documents in one SQLite file; safe to use from several threads.
+
+    Writes are serialised by a lock and go through one connection; reads use one connection per
+    thread, so they never wait for a write in progress (WAL).
+    """
+
+    def __init__(self, path: str | Path, dim: int) -> None:
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.path = Path(path)
+        self.dim = dim
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode=WAL")
+        with self._write_lock:
+            self._writer.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA:
+                self._writer.execute(statement)
+            stored_dim = self._meta("dim")
+            if stored_dim is None:
+                self._set_meta("dim", str(dim))
+                self._set_meta("store_id", uuid.uuid4().hex)
+                self._set_meta("counter", "0")
+                self._set_meta("pruned_through", "0")
+            self._writer.execute("COMMIT")
+        if stored_dim is not None and int(stored_dim) != dim:
+            self.close()
+            raise ValueError(f"{self.path} holds {stored_dim}-d vectors, not {dim}-d")
+        self.store_id: str = self._meta("store_id") or ""
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("PRAGMA busy_timeout=30000")
+        with self._connections_lock:
+            self._connections.append(connection)
+        return connection
+
+    def _reader(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._connect()
+            self._local.connection = connection
+        return connection
+
+    def _meta(self, key: str) -> str | None:
+        row = self._writer.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _read_meta_int(self, key: str) -> int:
+        row = self._reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0])
+
+    @property
+    def counter(self) -> int:
+        """The change counter: how many rows have ever been added or removed."""
+        return self._read_meta_int("counter")
+
+    @property
+    def pruned_through(self) -> int:
+        """Changes up to this counter value are no longer in the log."""
+        return self._read_meta_int("pruned_through")
+
+    def upsert(self, documents: Sequence[Document]) -> Upserted:
+        """Add the documents, replacing any with the same id; committed when this returns."""
+        for document in documents:
+            if document.vector.shape != (self.dim,):
+                raise ValueError(
+                    f"document {document.id!r}: vector must have shape ({self.dim},), "
+                    f"got {document.vector.shape}"
+                )
+        rows: list[int] = []
+        replaced: list[int | None] = []
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                seq = int(self._meta("counter") or 0)
+                for document in documents:
+                    old = db.execute(
+                        "SELECT row_id FROM documents WHERE doc_id = ?", (document.id,)
+                    ).fetchone()
+                    if old is not None:
+                        seq += 1
+                        db.execute("DELETE FROM documents WHERE row_id = ?", (old[0],))
+                        db.execute("INSERT INTO changes VALUES (?, ?, 'remove')", (seq, old[0]))
+                    seq += 1
+                    cursor = db.execute(
+                        "INSERT INTO documents (doc_id, text, metadata, vector, seq) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (
+                            document.id,
+                            document.text,
+                            json.dumps(document.metadata),
+                            np.asarray(document.vector, "<f4").tobytes(),
+                            seq,
+                        ),
+                    )
+                    row = int(cursor.lastrowid or 0)
+                    db.execute("INSERT INTO changes VALUES (?, ?, 'add')", (seq, row))
+                    rows.append(row)
+                    replaced.append(None if old is None else int(old[0]))
+                self._set_meta("counter", str(seq))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return Upserted(tuple(rows), tuple(replaced), seq)
+
+    def delete(self, doc_ids: Sequence[str]) -> ChangeSet:
+        """Remove the documents with these ids (unknown ids are ignored); committed on return."""
+        removed: list[int] = []
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                seq = int(self._meta("counter") or 0)
+                for doc_id in doc_ids:
+                    old = db.execute(
+                        "SELECT row_id FROM documents WHERE doc_id = ?", (doc_id,)
+                    ).fetchone()
+                    if old is None:
+                        continue
+                    seq += 1
+                    db.execute("DELETE FROM documents WHERE row_id = ?", (old[0],))
+                    db.execute("INSERT INTO changes VALUES (?, ?, 'remove')", (seq, old[0]))
+                    removed.append(int(old[0]))
+                self._set_meta("counter", str(seq))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return ChangeSet((), tuple(removed), seq)
+
+    def get(self, doc_id: str) -> Document | None:
+        """The document with this id, or None."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT doc_id, text, metadata, vector FROM documents WHERE doc_id = ?", (doc_id,)
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        vector = np.frombuffer(row[3], dtype="<f4").astype(np.float32)
+        return Document(id=row[0], text=row[1], vector=vector, metadata=json.loads(row[2]))
+
+    def live_rows(self) -> LiveRows:
+        """All present documents' row ids, string ids and full vectors, read in one transaction."""
+        db = self._reader()
+        db.execute("BEGIN")
+        try:
+            records = db.execute(
+                "SELECT row_id, doc_id, vector FROM documents ORDER BY row_id"
+            ).fetchall()
+        finally:
+            db.execute("COMMIT")
+        rows = np.fromiter((record[0] for record in records), dtype=np.int64, count=len(records))
+        blob = b"".join(record[2] for record in records)
+        vectors = np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(-1, self.dim)
+        return LiveRows(rows, [record[1] for record in records], vectors)
+
+    def changes_since(self, counter: int) -> ChangeSet:
+        """The net change after ``counter``: rows added since (and still present) and rows that
+        were present at ``counter`` and have been removed since."""
+        if counter < self.pruned_through:
+            raise ValueError(
+                f"changes after {counter} are no longer logged (pruned through "
+                f"{self.pruned_through}); rebuild from the documents instead"
+            )
+        db = self._reader()
+        db.execute("BEGIN")
+        try:
+            log = db.execute(
+                "SELECT row_id, op FROM changes WHERE seq > ? ORDER BY seq", (counter,)
+            ).fetchall()
+            now = int(db.execute("SELECT value FROM meta WHERE key = 'counter'").fetchone()[0])
+        finally:
+            db.execute("COMMIT")
+        added: dict[int, None] = {}
+        removed: list[int] = []
+        for row, op in log:
+            if op == "add":
+                added[row] = None
+            elif row in added:
+                del added[row]
+            else:
+                removed.append(row)
+        return ChangeSet(tuple(added), tuple(removed), now)
+
+    def prune_changes(self, through: int) -> None:
+        """Forget the log up to ``through``: a snapshot at that counter no longer needs it."""
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM changes WHERE seq <= ?", (through,))
+            self._set_meta("pruned_through", str(max(through, int(self._meta("pruned_through")))))
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this store opened."""
+        with self._connections_lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()

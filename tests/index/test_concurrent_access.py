@@ -1,0 +1,137 @@
+"""Searches from several threads while another thread writes; the readers-writer lock's turns."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from index import Collection
+from index.collection import CHUNK
+from index.locking import ReadWriteLock
+
+
+def test_searches_during_upserts_and_deletes_return_only_real_documents(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    collection = Collection(tmp_path, 32, (8, 32), ("exact", "hnsw"), fragment_dim=8)
+    initial = [f"d{i}" for i in range(300)]
+    collection.upsert(initial, ["t"] * 300, rng.standard_normal((300, 32)))
+    ever_written = set(initial)
+    errors: list[BaseException] = []
+    searches = [0]
+    writing = threading.Event()
+    writing.set()
+
+    def writer() -> None:
+        try:
+            local = np.random.default_rng(7)
+            for round_ in range(15):
+                names = [f"r{round_}-{i}" for i in range(40)] + [f"d{round_}"]  # one replacement
+                ever_written.update(names)
+                collection.upsert(names, ["t"] * len(names), local.standard_normal((41, 32)))
+                collection.delete([f"d{100 + round_}", f"r{round_ - 1}-0"])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            writing.clear()
+
+    def searcher(seed: int) -> None:
+        local = np.random.default_rng(seed)
+        try:
+            while writing.is_set():
+                queries = local.standard_normal((3, 32)).astype(np.float32)
+                batches = [
+                    collection.search(queries, 10, 8, "hnsw"),
+                    collection.search(queries, 10, 32, "exact", "sfs"),
+                    collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw"),
+                ]
+                for hits in (row for batch in batches for row in batch):
+                    ids = [hit.id for hit in hits]
+                    assert len(ids) == 10 and len(set(ids)) == 10, ids
+                    assert set(ids) <= ever_written, set(ids) - ever_written
+                    scores = [hit.score for hit in hits]
+                    assert scores == sorted(scores, reverse=True)
+                searches[0] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=searcher, args=(seed,)) for seed in range(3)]
+    threads.append(threading.Thread(target=writer))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert searches[0] > 0
+
+    live = set(initial) | {f"r{r}-{i}" for r in range(15) for i in range(40)}
+    live -= {f"d{100 + r}" for r in range(15)} | {f"r{r}-0" for r in range(14)}
+    stats = collection.stats()
+    assert stats["documents"] == len(live)
+    assert all(entry["vectors"] == len(live) for entry in stats["indexes"].values())
+    final = collection.search(rng.standard_normal((5, 32)), 50, 32, "hnsw")
+    assert all(hit.id in live and collection.get(hit.id) for row in final for hit in row)
+
+
+def test_searches_run_between_the_chunks_of_a_large_upsert(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    """A search that waits for the write lock gets in at the next chunk boundary, so it sees a
+    partly indexed batch rather than waiting for the whole batch."""
+    collection = Collection(tmp_path, 16, (16,), ("exact",))
+    total = 40 * CHUNK
+    vectors = rng.standard_normal((total, 16))
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def searcher() -> None:
+        while not done.is_set():
+            collection.search(vectors[0], 1, 16)
+            seen.add(collection.stats()["documents"])
+
+    thread = threading.Thread(target=searcher)
+    thread.start()
+    collection.upsert([f"d{i}" for i in range(total)], ["t"] * total, vectors)
+    done.set()
+    thread.join()
+    assert any(0 < count < total for count in seen), sorted(seen)
+
+
+def test_a_writer_waits_for_readers_and_then_readers_waiting_go_before_the_next_writer() -> None:
+    lock = ReadWriteLock()
+    events: list[str] = []
+    reader_in = threading.Event()
+    release_reader = threading.Event()
+
+    def long_reader() -> None:
+        with lock.read():
+            reader_in.set()
+            release_reader.wait()
+            events.append("reader 1 out")
+
+    def writer(name: str) -> None:
+        with lock.write():
+            events.append(f"{name} in")
+
+    def reader(name: str) -> None:
+        with lock.read():
+            events.append(f"{name} in")
+
+    first = threading.Thread(target=long_reader)
+    first.start()
+    reader_in.wait()
+    writer_a = threading.Thread(target=writer, args=("writer a",))
+    writer_a.start()
+    while not lock._writers_waiting:  # noqa: SLF001 - wait until the writer is queued
+        threading.Event().wait(0.001)
+    late_reader = threading.Thread(target=reader, args=("reader 2",))
+    late_reader.start()
+    while not lock._readers_waiting:  # noqa: SLF001
+        threading.Event().wait(0.001)
+    assert events == []  # the writer waits for reader 1; reader 2 waits behind the writer
+    release_reader.set()
+    for thread in (first, writer_a, late_reader):
+        thread.join()
+    assert events == ["reader 1 out", "writer a in", "reader 2 in"]

@@ -1,0 +1,128 @@
+"""The index kinds on their own: HNSW recall and tombstones, PQ fallback and training, loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.kinds import (
+    ExactIndex,
+    HnswIndex,
+    HnswParams,
+    PqIndex,
+    PqParams,
+    create_index,
+    read_index,
+)
+from index.vectors import unit_rows
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
+    return unit_rows(rng.standard_normal((count, dim)).astype(np.float32))
+
+
+def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
+    hits = sum(len(set(f) & set(t)) for f, t in zip(found, truth, strict=True))
+    return hits / truth.size
+
+
+@pytest.mark.parametrize("dim", [64, 256])
+def test_hnsw_recall_at_10_is_at_least_0_9_at_default_params(
+    rng: np.random.Generator, dim: int
+) -> None:
+    docs = unit_vectors(rng, 2000, dim)
+    queries = unit_vectors(rng, 200, dim)
+    ids = np.arange(2000, dtype=np.int64) + 10
+    exact, hnsw = ExactIndex(dim), HnswIndex(dim, HnswParams())
+    for index in (exact, hnsw):
+        index.add(ids, docs)
+    _, truth = exact.search(queries, 10)
+    _, found = hnsw.search(queries, 10)
+    recall = recall_at(found, truth)
+    assert recall >= 0.9, f"HNSW recall@10 at {dim}-d is {recall:.3f}"
+
+
+def test_hnsw_tombstones_are_never_returned_and_compaction_drops_them(
+    rng: np.random.Generator,
+) -> None:
+    docs = unit_vectors(rng, 500, 32)
+    ids = np.arange(500, dtype=np.int64)
+    hnsw = HnswIndex(32, HnswParams(max_deleted_fraction=0.3))
+    hnsw.add(ids, docs)
+    removed = ids[:100]
+    hnsw.remove(removed)
+    assert len(hnsw) == 400 and hnsw.replacement() is None  # 20% deleted: below 30%
+    _, found = hnsw.search(docs[:100], 10)  # the removed vectors themselves as queries
+    assert not np.isin(found, removed).any()
+    assert (found >= 0).all()  # still ten live results each
+    hnsw.remove(ids[100:200])
+    compacted = hnsw.replacement()
+    assert compacted is not None
+    assert len(compacted) == 300 and compacted.stats()["deleted"] == 0  # nothing left to hide
+    _, found = compacted.search(docs[200:], 1)
+    np.testing.assert_array_equal(found[:, 0], ids[200:])
+
+
+def test_pq_answers_exactly_until_trained_then_quantises(rng: np.random.Generator) -> None:
+    dim = 32
+    params = PqParams(m=8, nbits=6, min_train=300)
+    docs = unit_vectors(rng, 600, dim)
+    ids = np.arange(600, dtype=np.int64)
+    exact, pq = ExactIndex(dim), PqIndex(dim, params)
+    exact.add(ids[:200], docs[:200])
+    pq.add(ids[:200], docs[:200])
+    assert not pq.stats()["trained"] and pq.replacement() is None
+    np.testing.assert_array_equal(pq.search(docs[:5], 5)[1], exact.search(docs[:5], 5)[1])
+    exact.add(ids[200:], docs[200:])
+    pq.add(ids[200:], docs[200:])
+    trained = pq.replacement()
+    assert trained is not None and trained.stats()["trained"] and len(trained) == 600
+    assert trained.nbytes() < exact.nbytes() / 3
+    _, found = trained.search(docs[:50], 10)
+    assert (found >= 0).all()
+    _, truth = exact.search(docs[:50], 10)
+    assert recall_at(found, truth) > 0.3  # coarse, but far above chance (10/600)
+    trained.remove(ids[:10])
+    assert len(trained) == 590
+    assert not np.isin(trained.search(docs[:10], 5)[1], ids[:10]).any()
+
+
+def test_pq_needs_m_to_divide_the_dimension() -> None:
+    with pytest.raises(ValueError, match="m=12 sub-quantizers must divide the dimension 64"):
+        PqIndex(64, PqParams(m=12))
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda: HnswParams(m=0), "must be >= 1"),
+        (lambda: HnswParams(max_deleted_fraction=1.5), "max_deleted_fraction"),
+        (lambda: PqParams(nbits=20), "nbits <= 16"),
+        (lambda: PqParams(nbits=8, min_train=100), "at least 2\\*\\*nbits = 256"),
+        (lambda: create_index("ivf", 8, HnswParams(), PqParams()), "unknown index kind 'ivf'"),
+    ],
+)
+def test_bad_parameters_are_refused(factory, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        factory()
+
+
+def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
+    rng: np.random.Generator, tmp_path: Path
+) -> None:
+    docs = unit_vectors(rng, 50, 16)
+    ids = np.arange(50, dtype=np.int64)
+    hnsw = HnswIndex(16, HnswParams())
+    hnsw.add(ids, docs)
+    hnsw.remove(ids[:5])
+    files = hnsw.save(tmp_path / "h.faiss")
+    assert [path.name for path in files] == ["h.faiss", "h.deleted.npy"]
+    loaded = read_index("hnsw", 16, tmp_path / "h.faiss", HnswParams(), PqParams())
+    assert len(loaded) == 45
+    np.testing.assert_array_equal(loaded.search(docs, 3)[1], hnsw.search(docs, 3)[1])
+    with pytest.raises(ValueError, match="does not hold a 16-d inner-product exact index"):
+        read_index("exact", 16, tmp_path / "h.faiss", HnswParams(), PqParams())
+    with pytest.raises(ValueError, match="does not hold a 8-d"):
+        read_index("hnsw", 8, tmp_path / "h.faiss", HnswParams(), PqParams())
