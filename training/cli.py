@@ -229,10 +229,21 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
     print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
 
 
-def _cmd_train(args):
+def _prepare(args, objectives: list[str]):
+    """Check the options and read the data before the (slow) encoder loads."""
     from training.pipeline import prepare_data
 
-    data = prepare_data(_data_config(args), _encoder(args), progress=not args.no_progress)
+    for objective in objectives:
+        _train_config(args, objective, 0).validate(depth=2)
+    config = _data_config(args)
+    splits = config.load()
+    for objective in objectives:
+        _train_config(args, objective, 0).validate(depth=splits.hierarchy.depth)
+    return prepare_data(config, _encoder(args), splits=splits, progress=not args.no_progress)
+
+
+def _cmd_train(args):
+    data = _prepare(args, [args.objective])
     _train_runs(args, data, [args.objective], args.seeds, args.out)
 
 
@@ -245,9 +256,9 @@ def _cmd_export(args):
 
 
 def _cmd_run(args):
-    from training.pipeline import prepare_data
-
-    data = prepare_data(_data_config(args), _encoder(args), progress=not args.no_progress)
+    if not args.objectives:
+        raise FractalError("--objectives needs at least one objective")
+    data = _prepare(args, args.objectives)
     run_dirs = _train_runs(args, data, args.objectives, args.seeds, args.out / "runs")
     report = _report(run_dirs, args.out / "report", args, data)
     _export(run_dirs[0], args.out / "bundle", report, args, data)

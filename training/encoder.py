@@ -138,7 +138,9 @@ class FrozenEncoder:
             fingerprint = f"hub:{source}:{getattr(self.model.config, '_commit_hash', '')}"
         pooling = pooling or default_pooling
         if pooling not in POOLING_MODES:
-            raise FractalError(f"pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
+            raise FractalError(
+                f"pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}"
+            )
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device).eval()
         self.config = EncoderConfig(
@@ -150,7 +152,9 @@ class FrozenEncoder:
         )
 
     @torch.inference_mode()
-    def encode(self, texts: list[str], *, batch_size: int = 64, progress: bool = True) -> np.ndarray:
+    def encode(
+        self, texts: list[str], *, batch_size: int = 64, progress: bool = True
+    ) -> np.ndarray:
         """Pooled, unnormalised vectors, shape ``(len(texts), hidden_size)``, in input order."""
         out = np.zeros((len(texts), self.config.hidden_size), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")
@@ -169,7 +173,9 @@ class FrozenEncoder:
 
 
 def feature_cache_dir() -> Path:
-    return Path(os.environ.get("FRACTAL_CACHE_DIR", Path.home() / ".cache" / "fractal")) / "features"
+    return (
+        Path(os.environ.get("FRACTAL_CACHE_DIR", Path.home() / ".cache" / "fractal")) / "features"
+    )
 
 
 def cached_features(
@@ -188,8 +194,15 @@ def cached_features(
     """
     texts_hash = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
     key_source = json.dumps(
-        [encoder.config.fingerprint, encoder.config.pooling, encoder.config.max_tokens,
-         dataset, split, len(texts), texts_hash]
+        [
+            encoder.config.fingerprint,
+            encoder.config.pooling,
+            encoder.config.max_tokens,
+            dataset,
+            split,
+            len(texts),
+            texts_hash,
+        ]
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     folder = cache_dir or feature_cache_dir()

@@ -320,7 +320,9 @@ def export_bundle(
             prefix_dims=tuple(prefix_dims),
             granularity=dict(granularity),
             fragment_dim=fragment_dim,
-            hierarchy=None if hierarchy is None else tuple(
+            hierarchy=None
+            if hierarchy is None
+            else tuple(
                 HierarchyLevel(level, labels)
                 for level, labels in zip(hierarchy.level_names, hierarchy.label_names, strict=True)
             ),

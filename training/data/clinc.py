@@ -64,7 +64,9 @@ def load_clinc150(
         for part in parts:
             for text, intent in data.get(part, []):
                 if intent not in domain_of:
-                    raise FractalError(f"CLINC-150 intent {intent!r} is in no domain of domains.json")
+                    raise FractalError(
+                        f"CLINC-150 intent {intent!r} is in no domain of domains.json"
+                    )
                 domain = domain_of[intent]
                 path = (domain, intent) if levels == 2 else (super_of[domain], domain, intent)
                 rows.append((text, path))

@@ -38,7 +38,8 @@ class HierarchicalDataset:
     """Texts with one integer label per hierarchy level.
 
     ``labels[i, level]`` is the id of text ``i``'s label at ``level`` (0 = coarsest); ids index
-    ``hierarchy.label_names[level]``. Every finer label has exactly one parent at each coarser level.
+    ``hierarchy.label_names[level]``. Every finer label has exactly one parent at each coarser
+    level.
     """
 
     name: str
