@@ -189,7 +189,11 @@ def test_head_bundle_embedding_and_logits_equal_torch(
     assert (manifest.dim, manifest.prefix_dims) == (256, tuple(PREFIX_DIMS))
     assert manifest.backbone.pooling == "cls"
     assert set(manifest.files) == {
-        ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, "report.json", "report.md"
+        ENCODER_FILE,
+        HEADS_FILE,
+        TOKENIZER_FILE,
+        "report.json",
+        "report.md",
     }
     assert [level.name for level in manifest.hierarchy] == ["domain", "intent"]
     assert len(manifest.hierarchy[1].labels) == 150
