@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bundle import POOLING_MODES
 from training.errors import FractalError
-
-POOLING_MODES = ("mean", "cls")
 
 
 def default_model_dir() -> Path:
