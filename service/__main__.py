@@ -1,0 +1,45 @@
+"""``python -m service`` / ``fractal-serve``: load everything, then serve with uvicorn.
+
+A bad setting or bundle ends the process before the server starts, with one ``error: …`` line
+on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+from pydantic import ValidationError
+
+from service.app import create_app
+from service.errors import StartupError
+from service.runtime import Runtime
+from service.settings import Settings, describe_settings_error
+
+EXIT_BAD_CONFIG = 2
+
+
+def main() -> int:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"error: {describe_settings_error(exc)}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s: %(message)s")
+    try:
+        runtime = Runtime.load(settings)
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    uvicorn.run(
+        create_app(settings, runtime),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The FastAPI application: routes, error handlers, request metrics and the runtime's lifecycle.
+
+``create_app(settings)`` loads the runtime (bundle, encoder, index) when the app starts;
+``create_app(settings, runtime)`` serves a runtime loaded beforehand (``python -m service``
+loads it first, so that a bad bundle ends the process before the server starts). Without
+settings, the app reads them from the environment when it starts; it can be built without any
+(for the OpenAPI schema).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+
+from service.errors import install_error_handlers
+from service.metrics import Metrics
+from service.routes import documents, embed, openai, search, system
+from service.runtime import Runtime
+from service.settings import Settings
+
+TITLE = "Fractal"
+VERSION = "0.1.0"
+DESCRIPTION = (
+    "Text embeddings whose prefixes mean something: coarse (domain) meaning in the first "
+    "dimensions, fine (intent) meaning in the full vector. Embeddings at several resolutions, "
+    "an OpenAI-compatible endpoint, and search over stored documents at the coarse or fine "
+    "resolution, coarse-to-fine, or chosen per query. Every error answer has the shape "
+    '{"error": {"type", "message", "param"}}.'
+)
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
+    """The service; see the module docstring for when the runtime is loaded."""
+    metrics = runtime.metrics if runtime is not None else Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loaded = runtime or Runtime.load(settings or Settings(), metrics)
+        loaded.start()
+        app.state.runtime = loaded
+        try:
+            yield
+        finally:
+            await loaded.stop()
+            app.state.runtime = None
+
+    app = FastAPI(title=TITLE, version=VERSION, description=DESCRIPTION, lifespan=lifespan)
+    app.state.runtime = None
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for module in (embed, openai, documents, search, system):
+        app.include_router(module.router)
+
+    @app.middleware("http")
+    async def observe_latency(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            labels = getattr(request.state, "metric_labels", {})
+            metrics.request_seconds.labels(
+                endpoint=getattr(route, "path", "unmatched"),
+                granularity=labels.get("granularity", ""),
+                dimension=labels.get("dimension", ""),
+                index=labels.get("index", ""),
+                status=str(status),
+            ).observe(time.perf_counter() - started)
+
+    return app

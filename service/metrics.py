@@ -1,0 +1,104 @@
+"""Prometheus metrics: one ``CollectorRegistry`` per app, durations in seconds.
+
+Request latency is observed by a middleware (``service.app``) with the labels the handler put on
+the request with :func:`label_request`; the other metrics are observed where the work happens.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+REQUEST_LABELS = ("endpoint", "granularity", "dimension", "index")
+
+
+class Metrics:
+    """Every metric the service exports, registered in its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.request_seconds = Histogram(
+            "fractal_request_duration_seconds",
+            "HTTP request latency, by route template and the resolution it was served at.",
+            [*REQUEST_LABELS, "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.encode_batch_size = Histogram(
+            "fractal_encode_batch_size",
+            "Texts per encoder call.",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.encode_seconds = Histogram(
+            "fractal_encode_duration_seconds",
+            "Time of one encoder call (tokenise + ONNX), per batch.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait_seconds = Histogram(
+            "fractal_queue_wait_seconds",
+            "Time a text waited in the encoder queue before its batch started.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.search_seconds = Histogram(
+            "fractal_search_duration_seconds",
+            "Index search time per group of queries, by dimension, index kind and re-rank.",
+            ["dimension", "index", "rerank"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "fractal_queue_depth", "Texts waiting in the encoder queue.", registry=registry
+        )
+        self.documents = Gauge(
+            "fractal_documents", "Documents in the collection.", registry=registry
+        )
+        self.index_bytes = Gauge(
+            "fractal_index_bytes",
+            "Serialised size of each FAISS index, by scoring, dimension and kind.",
+            ["scoring", "dimension", "kind"],
+            registry=registry,
+        )
+        self.index_vectors = Gauge(
+            "fractal_index_vectors",
+            "Live vectors in each FAISS index, by scoring, dimension and kind.",
+            ["scoring", "dimension", "kind"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "fractal_errors",
+            "Error answers, by error type.",
+            ["kind"],
+            registry=registry,
+        )
+
+
+def label_request(
+    request: Request, *, granularity: str = "", dimension: str = "", index: str = ""
+) -> None:
+    """Say what a request was served at, for the request latency histogram."""
+    request.state.metric_labels = {
+        "granularity": granularity,
+        "dimension": dimension,
+        "index": index,
+    }

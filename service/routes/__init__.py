@@ -1,0 +1,1 @@
+"""HTTP routes, one module per resource, each with the pydantic schemas it uses."""

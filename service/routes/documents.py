@@ -1,0 +1,91 @@
+"""``/documents``: add (embed + store, committed before the answer), read and delete."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.errors import ERROR_RESPONSES, ErrorResponse
+from service.metrics import label_request
+from service.runtime import RuntimeDep
+
+router = APIRouter(tags=["documents"])
+
+NOT_FOUND = {404: {"model": ErrorResponse, "description": "no document with this id"}}
+
+
+class DocumentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(
+        None,
+        description="Unique id (at most 256 characters); generated when missing. "
+        "An existing id is replaced.",
+    )
+    text: str = Field(description="The text to embed and store (at most FRACTAL_MAX_CHARS).")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Any JSON object, returned with the document."
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _finite_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError(f"metadata must be plain JSON ({exc})") from None
+        return value
+
+
+class AddDocumentsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[DocumentIn] = Field(
+        min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
+    )
+
+
+class AddDocumentsResponse(BaseModel):
+    ids: list[str] = Field(description="The documents' ids, in request order.")
+
+
+class DocumentOut(BaseModel):
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+class DeleteDocumentResponse(BaseModel):
+    id: str
+    deleted: bool
+
+
+@router.post("/documents", responses=ERROR_RESPONSES)
+async def add_documents(
+    body: AddDocumentsRequest, runtime: RuntimeDep, request: Request
+) -> AddDocumentsResponse:
+    """Embed and store documents; answered once the store has committed them."""
+    label_request(request, dimension=str(runtime.manifest.dim))
+    ids = await runtime.add_documents(
+        [document.text for document in body.documents],
+        [document.id for document in body.documents],
+        [document.metadata for document in body.documents],
+    )
+    return AddDocumentsResponse(ids=ids)
+
+
+@router.get("/documents/{doc_id:path}", responses=NOT_FOUND)
+async def get_document(doc_id: str, runtime: RuntimeDep) -> DocumentOut:
+    """A stored document's text and metadata."""
+    document = await runtime.get_document(doc_id)
+    return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
+
+
+@router.delete("/documents/{doc_id:path}", responses=NOT_FOUND)
+async def delete_document(doc_id: str, runtime: RuntimeDep) -> DeleteDocumentResponse:
+    """Delete a document from the store and every index."""
+    await runtime.delete_document(doc_id)
+    return DeleteDocumentResponse(id=doc_id, deleted=True)

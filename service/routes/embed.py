@@ -1,0 +1,86 @@
+"""``POST /embed``: several resolutions of each text in one answer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.embedding import prefix_vectors, resolve_dims
+from service.errors import ERROR_RESPONSES
+from service.metrics import label_request
+from service.runtime import RuntimeDep
+
+router = APIRouter(tags=["embeddings"])
+
+
+class EmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    texts: list[str] = Field(
+        min_length=1,
+        description="Texts to embed: non-empty, at most FRACTAL_MAX_TEXTS of at most "
+        "FRACTAL_MAX_CHARS characters each.",
+    )
+    dims: int | list[int] | None = Field(
+        None,
+        description="Prefix dimension(s) to return, each one of the bundle's prefix_dims "
+        "(GET /info). Default: the full dimension.",
+    )
+    granularity: Literal["coarse", "fine"] | None = Field(
+        None, description="Instead of dims: the bundle's coarse or fine dimension."
+    )
+    normalize: bool = Field(
+        True,
+        description="L2-normalise each prefix on its own; false returns the raw prefix slice.",
+    )
+
+
+class PrefixEmbedding(BaseModel):
+    dim: int
+    vector: list[float]
+
+
+class TextEmbeddings(BaseModel):
+    index: int = Field(description="Position of the text in the request.")
+    embeddings: list[PrefixEmbedding] = Field(description="One vector per requested dim.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbedResponse(BaseModel):
+    model: str
+    dims: list[int]
+    normalized: bool
+    data: list[TextEmbeddings]
+    usage: Usage
+
+
+@router.post("/embed", responses=ERROR_RESPONSES)
+async def embed(body: EmbedRequest, runtime: RuntimeDep, request: Request) -> EmbedResponse:
+    """Embed texts at one or several prefix dimensions."""
+    dims = resolve_dims(runtime.manifest, body.dims, body.granularity)
+    label_request(request, granularity=body.granularity or "", dimension=",".join(map(str, dims)))
+    encoded = await runtime.embed(body.texts, "texts")
+    prefixes = [(dim, prefix_vectors(encoded.vectors, dim, body.normalize)) for dim in dims]
+    tokens = int(encoded.tokens.sum())
+    return EmbedResponse(
+        model=runtime.manifest.name,
+        dims=dims,
+        normalized=body.normalize,
+        data=[
+            TextEmbeddings(
+                index=row,
+                embeddings=[
+                    PrefixEmbedding(dim=dim, vector=vectors[row].tolist())
+                    for dim, vectors in prefixes
+                ],
+            )
+            for row in range(len(body.texts))
+        ],
+        usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
+    )

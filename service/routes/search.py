@@ -1,0 +1,193 @@
+"""``/search``: one query (``GET``) or several (``POST``), each answered with its route."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.errors import ERROR_RESPONSES
+from service.metrics import label_request
+from service.runtime import Runtime, RuntimeDep
+from service.search import QueryResult, SearchOutcome
+
+router = APIRouter(tags=["search"])
+
+MS = 1000.0
+
+
+class SearchOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    k: int | None = Field(
+        None, description="Hits per query, 1..FRACTAL_MAX_K (default FRACTAL_DEFAULT_K)."
+    )
+    granularity: Literal["coarse", "fine", "auto"] = Field(
+        "fine",
+        description="coarse: the bundle's coarse prefix; fine: its fine dimension; auto: chosen "
+        "per query by the bundle's heads (fine without heads).",
+    )
+    index: Literal["exact", "hnsw", "pq"] | None = Field(
+        None, description="Index kind, one of those built (default: the first built)."
+    )
+    rerank: Literal["none", "c2f"] = Field(
+        "none",
+        description="c2f: shortlist k × FRACTAL_C2F_FACTOR at the coarse prefix, re-rank "
+        "exactly at the full dimension.",
+    )
+    scoring: Literal["cosine", "sfs"] = Field(
+        "cosine", description="sfs: mean fragment cosine (needs SFS enabled)."
+    )
+
+
+class SearchQuery(SearchOptions):
+    q: str = Field(description="The query text.")
+
+
+class SearchBatch(SearchOptions):
+    queries: list[str] = Field(min_length=1, description="At most FRACTAL_MAX_TEXTS queries.")
+
+
+class HitOut(BaseModel):
+    id: str
+    score: float = Field(description="Cosine (or mean fragment cosine) at the route's dimension.")
+    text: str
+    metadata: dict[str, Any]
+
+
+class AutoRouteOut(BaseModel):
+    """What granularity=auto decided, and the head confidences (max softmax) it used."""
+
+    decision: Literal["coarse", "fine"]
+    reason: str
+    coarse_label: str | None
+    coarse_confidence: float | None
+    fine_label: str | None
+    fine_confidence: float | None
+
+
+class RouteOut(BaseModel):
+    """The path a query actually took."""
+
+    requested_granularity: Literal["coarse", "fine", "auto"]
+    granularity: Literal["coarse", "fine"]
+    dimension: int = Field(description="Dimension the scores were computed at.")
+    index: str
+    rerank: Literal["none", "c2f"]
+    scoring: Literal["cosine", "sfs"]
+    shortlist_dimension: int | None = Field(None, description="c2f: the shortlist's prefix.")
+    shortlist_k: int | None = Field(None, description="c2f: the shortlist's size.")
+    auto: AutoRouteOut | None = None
+
+
+class QueryResultOut(BaseModel):
+    query: str
+    route: RouteOut
+    hits: list[HitOut]
+
+
+class Timings(BaseModel):
+    """Milliseconds. encode includes the wait in the encoder queue; search is the index calls
+    (for c2f the shortlist and the exact re-rank, which run as one index call); fetch reads the
+    hits' texts and metadata from the store."""
+
+    encode: float
+    route: float
+    search: float
+    fetch: float
+
+
+class SearchResponse(QueryResultOut):
+    timings_ms: Timings
+
+
+class BatchSearchResponse(BaseModel):
+    results: list[QueryResultOut]
+    timings_ms: Timings
+
+
+def _result(query: str, requested: str, result: QueryResult) -> QueryResultOut:
+    route, auto = result.route, result.auto
+    return QueryResultOut(
+        query=query,
+        route=RouteOut(
+            requested_granularity=requested,
+            granularity=route.granularity,
+            dimension=route.dimension,
+            index=route.index,
+            rerank=route.rerank,
+            scoring=route.scoring,
+            shortlist_dimension=route.shortlist_dimension,
+            shortlist_k=route.shortlist_k,
+            auto=None
+            if auto is None
+            else AutoRouteOut(
+                decision=auto.granularity,
+                reason=auto.reason,
+                coarse_label=auto.coarse_label,
+                coarse_confidence=auto.coarse_confidence,
+                fine_label=auto.fine_label,
+                fine_confidence=auto.fine_confidence,
+            ),
+        ),
+        hits=[
+            HitOut(id=m.id, score=m.score, text=m.text, metadata=m.metadata) for m in result.matches
+        ],
+    )
+
+
+def _timings(outcome: SearchOutcome, encode_seconds: float) -> Timings:
+    return Timings(
+        encode=encode_seconds * MS,
+        route=outcome.route_seconds * MS,
+        search=outcome.search_seconds * MS,
+        fetch=outcome.fetch_seconds * MS,
+    )
+
+
+async def _run(
+    runtime: Runtime,
+    request: Request,
+    queries: list[str],
+    options: SearchOptions,
+    params: tuple[str, list[str] | None],
+) -> tuple[list[QueryResultOut], Timings]:
+    plan = runtime.searcher.plan(
+        k=options.k,
+        granularity=options.granularity,
+        index=options.index,
+        rerank=options.rerank,
+        scoring=options.scoring,
+    )
+    outcome, encode_seconds = await runtime.search(queries, plan, *params)
+    dimensions = {result.route.dimension for result in outcome.results}
+    label_request(
+        request,
+        granularity=options.granularity,
+        dimension=str(dimensions.pop()) if len(dimensions) == 1 else "mixed",
+        index=plan.index,
+    )
+    results = [
+        _result(query, options.granularity, result)
+        for query, result in zip(queries, outcome.results, strict=True)
+    ]
+    return results, _timings(outcome, encode_seconds)
+
+
+@router.get("/search", responses=ERROR_RESPONSES)
+async def search(
+    params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
+) -> SearchResponse:
+    """Search the documents with one query."""
+    (result,), timings = await _run(runtime, request, [params.q], params, ("q", ["q"]))
+    return SearchResponse(**result.model_dump(), timings_ms=timings)
+
+
+@router.post("/search", responses=ERROR_RESPONSES)
+async def search_batch(
+    body: SearchBatch, runtime: RuntimeDep, request: Request
+) -> BatchSearchResponse:
+    """Search the documents with several queries sharing the same options."""
+    results, timings = await _run(runtime, request, body.queries, body, ("queries", None))
+    return BatchSearchResponse(results=results, timings_ms=timings)

@@ -1,0 +1,103 @@
+"""``/health``, ``/ready``, ``/info`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
+
+from service.errors import ErrorResponse
+from service.runtime import RuntimeDep
+
+router = APIRouter(tags=["system"])
+
+NOT_READY = {503: {"model": ErrorResponse, "description": "the bundle and index are not loaded"}}
+
+
+class Status(BaseModel):
+    status: Literal["ok", "ready"]
+
+
+class IndexInfo(BaseModel):
+    scoring: Literal["cosine", "sfs"]
+    dimension: int
+    kind: Literal["exact", "hnsw", "pq"]
+    vectors: int
+    bytes: int = Field(description="Serialised size of the FAISS index.")
+
+
+class Resolutions(BaseModel):
+    dim: int
+    prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
+    granularity: dict[str, int] = Field(description="coarse and fine dimensions.")
+    indexed_dims: list[int] = Field(description="Dimensions /search has indexes for.")
+    fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
+
+
+class AutoRouting(BaseModel):
+    heads: bool = Field(description="Whether the bundle has heads; without, auto → fine.")
+    fine_threshold: float
+    coarse_threshold: float
+
+
+class EncoderInfo(BaseModel):
+    providers: list[str]
+    threads: int
+
+
+class Limits(BaseModel):
+    max_texts: int
+    max_chars: int
+    default_k: int
+    max_k: int
+    c2f_factor: int
+    max_batch_size: int
+    queue_depth: int
+
+
+class Info(BaseModel):
+    model: str
+    bundle_hash: str
+    manifest: dict[str, Any]
+    resolutions: Resolutions
+    auto_routing: AutoRouting
+    documents: int
+    indexes: list[IndexInfo]
+    recovery: dict[str, Any] = Field(description="How the indexes were opened at start-up.")
+    encoder: EncoderInfo
+    limits: Limits
+
+
+@router.get("/health")
+async def health() -> Status:
+    """The process is alive (says nothing about the bundle or index)."""
+    return Status(status="ok")
+
+
+@router.get("/ready", responses=NOT_READY)
+async def ready(runtime: RuntimeDep) -> Status:
+    """The bundle and the index are loaded and the encoder queue runs."""
+    return Status(status="ready")
+
+
+@router.get("/info", responses=NOT_READY)
+async def info(runtime: RuntimeDep) -> Info:
+    """The manifest, the served resolutions, the documents and every index's size."""
+    return Info(**await asyncio.to_thread(runtime.info))
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (text exposition format)."""
+    runtime = request.app.state.runtime
+    if runtime is not None and runtime.ready:
+        await asyncio.to_thread(runtime.refresh_gauges)
+    body = generate_latest(request.app.state.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

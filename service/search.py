@@ -1,0 +1,198 @@
+"""Search: from the options a request gives to the route each query takes and its hits.
+
+A route is the resolution (granularity → prefix dimension of the manifest), the index kind, the
+re-ranking and the scoring. ``granularity=auto`` is decided per query by
+:class:`service.routing.GranularityRouter`. ``rerank=c2f`` answers at the full dimension: a
+shortlist of ``k × c2f_factor`` from the coarse prefix's index, re-ranked exactly by full-vector
+cosine (:meth:`index.Collection.search_c2f`); a query that auto routes to coarse is answered at
+the coarse prefix without re-ranking, and its route says so.
+
+Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bundle import COARSE, FINE, Manifest
+from index import Collection, Hit
+from service.errors import InvalidRequest
+from service.metrics import Metrics
+from service.routing import AutoDecision, GranularityRouter
+from service.settings import Settings
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A request's checked options, shared by all its queries."""
+
+    k: int
+    granularity: str
+    index: str
+    rerank: str
+    scoring: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path one query actually took."""
+
+    granularity: str
+    dimension: int
+    index: str
+    rerank: str
+    scoring: str
+    shortlist_dimension: int | None = None
+    shortlist_k: int | None = None
+
+
+@dataclass(frozen=True)
+class Match:
+    id: str
+    score: float
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    route: Route
+    auto: AutoDecision | None
+    matches: list[Match]
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """Results in query order, and where the time went (seconds)."""
+
+    results: list[QueryResult]
+    route_seconds: float
+    search_seconds: float
+    fetch_seconds: float
+
+
+class Searcher:
+    """Plans and runs searches over one collection."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        manifest: Manifest,
+        router: GranularityRouter,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self.collection = collection
+        self.manifest = manifest
+        self.router = router
+        self.default_k = settings.default_k
+        self.max_k = settings.max_k
+        self.c2f_factor = settings.c2f_factor
+        self.index_kinds = tuple(settings.index_kinds)
+        self.metrics = metrics
+
+    @property
+    def dimensions(self) -> list[int]:
+        """The prefix dimensions with indexes: the coarse and the fine one."""
+        return sorted({self.manifest.coarse_dim, self.manifest.fine_dim})
+
+    def plan(
+        self, *, k: int | None, granularity: str, index: str | None, rerank: str, scoring: str
+    ) -> SearchPlan:
+        """Check a request's options against the limits and what was built."""
+        k = self.default_k if k is None else k
+        if not 1 <= k <= self.max_k:
+            raise InvalidRequest(f"k must be between 1 and {self.max_k}, got {k}", "k")
+        index = index or self.index_kinds[0]
+        if index not in self.index_kinds:
+            raise InvalidRequest(
+                f"index {index!r} is not built; built: {', '.join(self.index_kinds)} "
+                "(set FRACTAL_INDEX_KINDS)",
+                "index",
+            )
+        if scoring == "sfs" and self.collection.fragment_dim is None:
+            raise InvalidRequest(
+                "scoring 'sfs' is not enabled: the bundle has no fragment_dim and FRACTAL_SFS is "
+                "off",
+                "scoring",
+            )
+        if rerank == "c2f" and scoring != "cosine":
+            raise InvalidRequest("rerank 'c2f' re-ranks by cosine; use scoring=cosine", "rerank")
+        if rerank == "c2f" and granularity == COARSE:
+            raise InvalidRequest(
+                "rerank 'c2f' answers at the fine dimension; use granularity fine or auto",
+                "rerank",
+            )
+        return SearchPlan(k, granularity, index, rerank, scoring)
+
+    def _route(self, plan: SearchPlan, granularity: str) -> Route:
+        if plan.rerank == "c2f" and granularity == FINE:
+            return Route(
+                FINE,
+                self.collection.dim,
+                plan.index,
+                "c2f",
+                "cosine",
+                shortlist_dimension=self.manifest.coarse_dim,
+                shortlist_k=plan.k * self.c2f_factor,
+            )
+        dimension = self.manifest.granularity[granularity]
+        return Route(granularity, dimension, plan.index, "none", plan.scoring)
+
+    def _search(self, route: Route, vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        if route.rerank == "c2f":
+            return self.collection.search_c2f(
+                vectors, k, self.manifest.coarse_dim, self.c2f_factor, route.index
+            )
+        return self.collection.search(vectors, k, route.dimension, route.index, route.scoring)
+
+    def _matches(self, hits: list[Hit]) -> list[Match]:
+        """Hits with their stored text and metadata (a document deleted meanwhile is dropped)."""
+        matches = []
+        for hit in hits:
+            document = self.collection.get(hit.id)
+            if document is not None:
+                matches.append(Match(hit.id, hit.score, document.text, document.metadata))
+        return matches
+
+    def run(self, vectors: np.ndarray, plan: SearchPlan) -> SearchOutcome:
+        """Route and search every query (rows of full, unnormalised ``vectors``)."""
+        started = time.perf_counter()
+        if plan.granularity == AUTO:
+            decisions: list[AutoDecision | None] = list(self.router.decide(vectors))
+        else:
+            decisions = [None] * len(vectors)
+        routes = [
+            self._route(plan, plan.granularity if decision is None else decision.granularity)
+            for decision in decisions
+        ]
+        routed = time.perf_counter()
+        groups: dict[Route, list[int]] = defaultdict(list)
+        for row, route in enumerate(routes):
+            groups[route].append(row)
+        hits: list[list[Hit]] = [[] for _ in routes]
+        for route, rows in groups.items():
+            group_started = time.perf_counter()
+            for row, row_hits in zip(rows, self._search(route, vectors[rows], plan.k), strict=True):
+                hits[row] = row_hits
+            self.metrics.search_seconds.labels(
+                dimension=str(route.dimension), index=route.index, rerank=route.rerank
+            ).observe(time.perf_counter() - group_started)
+        searched = time.perf_counter()
+        results = [
+            QueryResult(route, decision, self._matches(row_hits))
+            for route, decision, row_hits in zip(routes, decisions, hits, strict=True)
+        ]
+        return SearchOutcome(
+            results,
+            route_seconds=routed - started,
+            search_seconds=searched - routed,
+            fetch_seconds=time.perf_counter() - searched,
+        )

@@ -1,0 +1,105 @@
+"""The service's settings: one class, read from ``FRACTAL_*`` environment variables.
+
+Every field is one variable: ``bundle_dir`` is ``FRACTAL_BUNDLE_DIR``, ``max_k`` is
+``FRACTAL_MAX_K``. Lists (``FRACTAL_INDEX_KINDS``) are comma-separated.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index import HnswParams, PqParams
+
+ENV_PREFIX = "FRACTAL_"
+IndexKind = Literal["exact", "hnsw", "pq"]
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told; see the README's settings table for the meanings."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    bundle_dir: Path = Field(description="the bundle to serve (required)")
+    index_dir: Path = Field(Path("fractal-index"), description="store of record and snapshots")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    encoder_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = cores")
+    max_batch_size: int = Field(32, ge=1, description="texts per encoder call")
+    max_wait_ms: float = Field(5.0, ge=0, description="how long a batch waits to fill")
+    queue_depth: int = Field(1024, ge=1, description="texts waiting before requests get 429")
+    max_texts: int = Field(128, ge=1, description="texts (or documents, or queries) per request")
+    max_chars: int = Field(8192, ge=1, description="characters per text")
+
+    index_kinds: Annotated[tuple[IndexKind, ...], NoDecode] = ("hnsw", "exact")
+    hnsw_m: int = Field(32, ge=2)
+    hnsw_ef_construction: int = Field(200, ge=1)
+    hnsw_ef_search: int = Field(128, ge=1)
+    pq_m: int = Field(16, ge=1)
+    pq_nbits: int = Field(8, ge=1, le=16)
+
+    default_k: int = Field(10, ge=1)
+    max_k: int = Field(100, ge=1)
+    c2f_factor: int = Field(4, ge=1, description="C2F shortlist size = k × factor")
+    sfs: bool = Field(False, description="build SFS indexes for a bundle without fragment_dim")
+    sfs_fragment_dim: int = Field(
+        32, ge=1, description="SFS fragment size when the bundle has none"
+    )
+    auto_fine_threshold: float = Field(0.5, ge=0, le=1)
+    auto_coarse_threshold: float = Field(0.5, ge=0, le=1)
+    snapshot_interval_s: float = Field(300.0, ge=0, description="0 = snapshot only at shutdown")
+
+    @field_validator("index_kinds", mode="before")
+    @classmethod
+    def _split_kinds(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        if not self.index_kinds or len(set(self.index_kinds)) != len(self.index_kinds):
+            raise ValueError("index_kinds must list some of exact, hnsw, pq, each once")
+        if self.default_k > self.max_k:
+            raise ValueError(f"default_k ({self.default_k}) must not exceed max_k ({self.max_k})")
+        if self.queue_depth < self.max_texts:
+            raise ValueError(
+                f"queue_depth ({self.queue_depth}) must be at least max_texts ({self.max_texts}), "
+                "or the largest allowed request could never be queued"
+            )
+        return self
+
+    @property
+    def hnsw(self) -> HnswParams:
+        return HnswParams(
+            m=self.hnsw_m, ef_construction=self.hnsw_ef_construction, ef_search=self.hnsw_ef_search
+        )
+
+    @property
+    def pq(self) -> PqParams:
+        return PqParams(m=self.pq_m, nbits=self.pq_nbits)
+
+    @property
+    def threads(self) -> int:
+        """ONNX Runtime intra-op threads: the setting, or the cores this process may use."""
+        if self.encoder_threads:
+            return self.encoder_threads
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """One line naming the environment variables at fault, for a start-up failure."""
+    problems = []
+    for item in error.errors():
+        variable = f"{ENV_PREFIX}{item['loc'][0]}".upper() if item["loc"] else "settings"
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{variable}: {message}")
+    return "invalid settings: " + "; ".join(problems)
