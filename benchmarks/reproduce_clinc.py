@@ -66,7 +66,7 @@ def run_methods(data, methods: dict[str, TrainConfig], seeds, progress) -> list[
 
 def fmt(summary, key: str) -> str:
     mean, sd = summary.metrics[key]
-    return f"{mean:+.3f} ± {sd:.3f}"
+    return f"{mean:+.3f}" if np.isnan(sd) else f"{mean:+.3f} ± {sd:.3f}"
 
 
 def main() -> None:

@@ -69,10 +69,15 @@ class PreparedData:
 
 
 def prepare_data(
-    config: DataConfig, encoder: FrozenEncoder, *, progress: bool = True
+    config: DataConfig,
+    encoder: FrozenEncoder,
+    *,
+    splits: DatasetSplits | None = None,
+    progress: bool = True,
 ) -> PreparedData:
-    """Load the dataset and its frozen features (cached on disk, see :func:`cached_features`)."""
-    splits = config.load()
+    """Load the dataset (unless ``splits`` is given) and its frozen features (cached on disk,
+    see :func:`cached_features`)."""
+    splits = splits if splits is not None else config.load()
     name = Path(config.dataset).name
     features = {
         split: cached_features(encoder, part.texts, dataset=name, split=split, progress=progress)
