@@ -66,6 +66,7 @@ class MicroBatcher:
         self._arrived = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._worker: asyncio.Task | None = None
+        self._in_flight: list[_Item] = []
         self._batch_seconds = 0.0
 
     @property
@@ -82,7 +83,8 @@ class MicroBatcher:
         self._worker = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
 
     async def stop(self) -> None:
-        """Stop the worker; waiting requests fail with :class:`NotReady`."""
+        """Stop the worker; requests still waiting or in the batch being encoded fail with
+        :class:`NotReady`. Waits (off the event loop) for the encoder thread to finish."""
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -90,12 +92,12 @@ class MicroBatcher:
             except asyncio.CancelledError:
                 pass
             self._worker = None
-        while self._items:
-            ticket = self._items.popleft().ticket
-            if not ticket.future.done():
-                ticket.future.set_exception(NotReady("the service is shutting down"))
+        for item in [*self._in_flight, *self._items]:
+            if not item.ticket.future.done():
+                item.ticket.future.set_exception(NotReady("the service is shutting down"))
+        self._in_flight, self._items = [], deque()
         self._metrics.queue_depth.set(0)
-        self._executor.shutdown(wait=True)
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
 
     def retry_after_s(self) -> int:
         """Whole seconds until the queue has likely drained (at least 1)."""
@@ -145,6 +147,7 @@ class MicroBatcher:
             batch = await self._next_batch()
             if not batch:
                 continue
+            self._in_flight = batch
             started = time.monotonic()
             for item in batch:
                 self._metrics.queue_wait_seconds.observe(started - item.enqueued)
@@ -163,6 +166,7 @@ class MicroBatcher:
             self._batch_seconds += SMOOTHING * (elapsed - self._batch_seconds)
             for row, item in enumerate(batch):
                 self._deliver(item, encoded.vectors[row], int(encoded.tokens[row]))
+            self._in_flight = []
 
     @staticmethod
     def _deliver(item: _Item, vector: np.ndarray, tokens: int) -> None:

@@ -208,7 +208,7 @@ class Runtime:
         """Embed and store documents (ids generated where missing); committed on return."""
         item_params = [f"{param}.{position}.text" for position in range(len(texts))]
         check_texts(texts, self.settings.max_texts, self.settings.max_chars, param, item_params)
-        doc_ids = [doc_id or uuid.uuid4().hex for doc_id in ids]
+        doc_ids = [uuid.uuid4().hex if doc_id is None else doc_id for doc_id in ids]
         seen: set[str] = set()
         for position, doc_id in enumerate(doc_ids):
             check_document_id(doc_id, f"{param}.{position}.id")

@@ -1,0 +1,88 @@
+"""Real bundles for the service tests, exported once per test session.
+
+The identity bundle is the raw MiniLM encoder (384-d, no heads); the V5 bundle is a small V5 head
+trained on 1,500 CLINC-150 utterances for 3 epochs (coarse 64-d, fine 256-d, with heads).
+Both the service and the end-to-end tests ask for them; each is built the first time and found
+in the session's base temporary directory after that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from bundle import MANIFEST_FILE
+from training.data.dataset import DatasetSplits
+from training.data.registry import load_dataset
+from training.encoder import FrozenEncoder
+
+CLINC_TRAIN = 1500
+CLINC_TEST = 300
+CHECK_TEXTS = [
+    "how do i transfer money to my savings account",
+    "set an alarm for seven tomorrow morning",
+    "what is the weather like in paris",
+    "book a table for two at an italian place tonight",
+    "a longer text, so that one check batch has padding in it: "
+    "my credit card was declined at the store and i would like to know why",
+]
+
+
+@cache
+def encoder() -> FrozenEncoder:
+    return FrozenEncoder()
+
+
+@cache
+def clinc() -> DatasetSplits:
+    """The CLINC-150 rows the V5 bundle is trained on (train) and held out from (test)."""
+    return load_dataset("clinc150", seed=42, max_train=CLINC_TRAIN, max_test=CLINC_TEST)
+
+
+def _build_identity(out: Path) -> None:
+    from training.export import export_identity_bundle
+
+    export_identity_bundle(out, encoder(), check_texts=CHECK_TEXTS)
+
+
+def _build_v5(out: Path) -> None:
+    from training.export import export_bundle
+    from training.pipeline import DataConfig, prepare_data, train
+    from training.trainer import TrainConfig
+
+    data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
+    result = train(data, TrainConfig(epochs=3, learning_rate=1e-3, seed=42), progress=False)
+    dims = list(result.config.prefix_dims)
+    export_bundle(
+        out,
+        encoder(),
+        result.head,
+        name="clinc150-v5-small",
+        objective="v5",
+        prefix_dims=dims,
+        granularity={"coarse": dims[0], "fine": dims[-1]},
+        hierarchy=data.hierarchy,
+        evaluation={},
+        report_files=None,
+        check_texts=CHECK_TEXTS,
+    )
+
+
+def _session_bundle(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    path = factory.getbasetemp() / "bundles" / name
+    if not (path / MANIFEST_FILE).is_file():
+        build(path)
+    return path
+
+
+def identity_bundle(factory: pytest.TempPathFactory) -> Path:
+    return _session_bundle(factory, "identity", _build_identity)
+
+
+def v5_bundle(factory: pytest.TempPathFactory) -> Path:
+    return _session_bundle(factory, "v5", _build_v5)

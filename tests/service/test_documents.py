@@ -1,0 +1,128 @@
+"""``/documents``: add (committed to the SQLite store before the answer), read, replace, delete."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+from tests.service.conftest import make_settings, serve
+
+
+@pytest.fixture(scope="module")
+def settings(identity_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return make_settings(identity_bundle_dir, tmp_path_factory.mktemp("documents-index"))
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings) -> Iterator[TestClient]:
+    with serve(settings) as client:
+        yield client
+
+
+def _stored_texts(settings: Settings) -> dict[str, str]:
+    """What the store of record holds, read with sqlite3 from its file."""
+    with closing(sqlite3.connect(settings.index_dir / "store.sqlite3")) as db:
+        return dict(db.execute("SELECT doc_id, text FROM documents"))
+
+
+def _add(client: TestClient, documents: list[dict]) -> list[str]:
+    response = client.post("/documents", json={"documents": documents})
+    assert response.status_code == 200, response.text
+    return response.json()["ids"]
+
+
+def test_added_documents_are_committed_before_the_answer(
+    client: TestClient, settings: Settings
+) -> None:
+    ids = _add(
+        client,
+        [
+            {"id": "doc/1", "text": "reset my online banking password", "metadata": {"n": 1}},
+            {"text": "what time does the pharmacy close", "metadata": {"tags": ["a", "b"]}},
+            {"text": "play some jazz"},
+        ],
+    )
+    assert ids[0] == "doc/1"
+    assert len(set(ids)) == 3 and all(len(doc_id) == 32 for doc_id in ids[1:])
+    stored = _stored_texts(settings)
+    assert stored["doc/1"] == "reset my online banking password"
+    assert stored[ids[2]] == "play some jazz"
+    got = client.get(f"/documents/{ids[1]}").json()
+    assert got == {
+        "id": ids[1],
+        "text": "what time does the pharmacy close",
+        "metadata": {"tags": ["a", "b"]},
+    }
+    assert client.get("/documents/doc/1").json()["metadata"] == {"n": 1}
+
+
+def test_same_id_replaces_the_document(client: TestClient) -> None:
+    _add(client, [{"id": "replace-me", "text": "book a flight to rome"}])
+    _add(client, [{"id": "replace-me", "text": "order a large pizza", "metadata": {"v": 2}}])
+    assert client.get("/documents/replace-me").json()["text"] == "order a large pizza"
+    hits = client.get("/search", params={"q": "order a large pizza", "k": 50}).json()["hits"]
+    assert [hit["id"] for hit in hits].count("replace-me") == 1
+    assert hits[0]["id"] == "replace-me" and hits[0]["metadata"] == {"v": 2}
+
+
+def test_delete_removes_from_store_and_indexes(client: TestClient, settings: Settings) -> None:
+    (doc_id,) = _add(client, [{"text": "how many vacation days do i have left"}])
+    response = client.delete(f"/documents/{doc_id}")
+    assert response.status_code == 200
+    assert response.json() == {"id": doc_id, "deleted": True}
+    assert doc_id not in _stored_texts(settings)
+    missing = client.get(f"/documents/{doc_id}")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {
+        "type": "not_found",
+        "message": f"no document with id {doc_id!r}",
+        "param": "id",
+    }
+    assert client.delete(f"/documents/{doc_id}").status_code == 404
+    for granularity in ("coarse", "fine"):
+        hits = client.get(
+            "/search",
+            params={"q": "how many vacation days do i have left", "granularity": granularity},
+        ).json()["hits"]
+        assert doc_id not in [hit["id"] for hit in hits]
+
+
+@pytest.mark.parametrize(
+    ("documents", "needle"),
+    [
+        ([{"id": "x", "text": "a"}, {"id": "x", "text": "b"}], "documents.1.id 'x' repeats"),
+        ([{"id": "", "text": "a"}], "documents.0.id is empty"),
+        ([{"id": "i" * 257, "text": "a"}], "the limit is 256"),
+        ([{"text": "ok"}, {"text": " "}], "documents.1.text is empty"),
+        ([{"text": "t" * 8193}], "documents.0.text has 8193 characters; the limit is 8192"),
+        ([{"text": "a"}] * 129, "documents has 129 items; the limit is 128"),
+        ([{"text": "a", "metadata": [1]}], "documents.0.metadata"),
+        ([{"text": "a", "vector": [1.0]}], "documents.0.vector: Extra inputs are not permitted"),
+        ([], "documents: List should have at least 1 item"),
+    ],
+)
+def test_bad_documents_are_refused_and_nothing_is_stored(
+    client: TestClient, settings: Settings, documents: list, needle: str
+) -> None:
+    before = _stored_texts(settings)
+    response = client.post("/documents", json={"documents": documents})
+    assert response.status_code == 422
+    assert needle in response.json()["error"]["message"]
+    assert _stored_texts(settings) == before
+
+
+def test_non_finite_metadata_is_refused(client: TestClient) -> None:
+    # Python's JSON parser accepts NaN; a stored NaN could never be returned as JSON.
+    response = client.post(
+        "/documents",
+        content=b'{"documents": [{"text": "a", "metadata": {"x": NaN}}]}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert "metadata must be plain JSON" in response.json()["error"]["message"]
