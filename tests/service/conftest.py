@@ -53,12 +53,12 @@ def settings_for(tmp_path: Path) -> Callable[..., Settings]:
     return build
 
 
-def add_documents(client: TestClient, texts: list[str], batch: int = 100, **extra: Any) -> list[str]:
+def add_documents(client: TestClient, texts: list[str], batch: int = 100) -> list[str]:
     """Add ``texts`` as documents (metadata: their position) and return their ids."""
     ids: list[str] = []
     for start in range(0, len(texts), batch):
         documents = [
-            {"text": text, "metadata": {"position": start + offset, **extra}}
+            {"text": text, "metadata": {"position": start + offset}}
             for offset, text in enumerate(texts[start : start + batch])
         ]
         response = client.post("/documents", json={"documents": documents})

@@ -163,9 +163,10 @@ async def test_full_queue_is_http_429_with_retry_after(
     runtime.batcher = _batcher(gated, max_batch=2, max_depth=4, metrics=runtime.metrics)
     app = create_app(settings, runtime)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=transport, base_url="http://fractal"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://fractal") as client,
+    ):
         running = asyncio.create_task(client.post("/embed", json={"texts": ["a"]}))
         await _until(gated.entered.is_set)
         queued = asyncio.create_task(client.post("/embed", json={"texts": ["b", "c", "d"]}))

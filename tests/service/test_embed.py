@@ -130,7 +130,7 @@ def test_openai_float_and_base64_agree_with_embed(client: TestClient) -> None:
     as_floats = np.array([item["embedding"] for item in body["data"]])
     encoded = client.post("/v1/embeddings", json={**request, "encoding_format": "base64"}).json()
     as_base64 = np.array(
-        [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in encoded["data"]]
+        [np.frombuffer(base64.b64decode(i["embedding"]), dtype="<f4") for i in encoded["data"]]
     )
     np.testing.assert_allclose(as_base64, as_floats, atol=1e-6)
     via_embed = _vectors(client.post("/embed", json={"texts": TEXTS, "dims": 64}).json(), 64)
@@ -149,13 +149,21 @@ def test_openai_single_string_and_default_dimension(client: TestClient) -> None:
     ("body", "status", "kind", "needle"),
     [
         ({"model": "gpt", "input": "x"}, 404, "model_not_found", "clinc150-v5-small"),
-        ({"model": "clinc150-v5-small", "input": "x", "dimensions": 100}, 422,
-         "invalid_request", "allowed: 64, 128, 192, 256"),
+        (
+            {"model": "clinc150-v5-small", "input": "x", "dimensions": 100},
+            422,
+            "invalid_request",
+            "allowed: 64, 128, 192, 256",
+        ),
         ({"model": "clinc150-v5-small", "input": ""}, 422, "invalid_request", "input is empty"),
         ({"model": "clinc150-v5-small", "input": []}, 422, "invalid_request", "input is empty"),
         ({"model": "clinc150-v5-small", "input": [[1, 2, 3]]}, 422, "invalid_request", "input"),
-        ({"model": "clinc150-v5-small", "input": "x", "encoding_format": "hex"}, 422,
-         "invalid_request", "encoding_format"),
+        (
+            {"model": "clinc150-v5-small", "input": "x", "encoding_format": "hex"},
+            422,
+            "invalid_request",
+            "encoding_format",
+        ),
     ],
 )
 def test_bad_openai_requests(

@@ -79,7 +79,8 @@ def _check_ranking(results: list[dict], scores: np.ndarray, ids: list[str]) -> N
         got = [hit["id"] for hit in result["hits"]]
         expected = np.argsort(-row, kind="stable")[: len(got)]
         # Ties aside, the same documents in the same order: compare scores position by position.
-        np.testing.assert_allclose([hit["score"] for hit in result["hits"]], row[expected], atol=1e-5)
+        scores_given = [hit["score"] for hit in result["hits"]]
+        np.testing.assert_allclose(scores_given, row[expected], atol=1e-5)
         np.testing.assert_allclose(row[[ids.index(i) for i in got]], row[expected], atol=1e-5)
 
 
