@@ -1,0 +1,39 @@
+"""``openapi/openapi.json`` is the published contract: it must be what the app serves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from service.app import create_app
+from service.openapi import schema_text
+
+CONTRACT = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
+REGENERATE = "regenerate it: python -m service.openapi > openapi/openapi.json"
+
+
+def test_committed_contract_equals_the_served_schema() -> None:
+    assert json.loads(CONTRACT.read_text(encoding="utf-8")) == create_app().openapi(), REGENERATE
+
+
+def test_committed_contract_is_the_pretty_printed_schema() -> None:
+    assert CONTRACT.read_text(encoding="utf-8") == schema_text(), REGENERATE
+
+
+def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
+    schema = json.loads(CONTRACT.read_text(encoding="utf-8"))
+    assert set(schema["paths"]) == {
+        "/embed",
+        "/v1/embeddings",
+        "/documents",
+        "/documents/{doc_id}",
+        "/search",
+        "/health",
+        "/ready",
+        "/info",
+        "/metrics",
+    }
+    assert set(schema["paths"]["/search"]) == {"get", "post"}
+    assert set(schema["paths"]["/documents/{doc_id}"]) == {"get", "delete"}
+    error = schema["paths"]["/embed"]["post"]["responses"]["422"]["content"]["application/json"]
+    assert error["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}

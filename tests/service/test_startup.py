@@ -1,0 +1,137 @@
+"""Start-up: settings from the environment, and a bad setting, bundle or index dir ends the
+process with one ``error:`` line, before the server starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.errors import StartupError
+from service.runtime import Runtime
+from service.settings import Settings, describe_settings_error
+from tests.service.conftest import make_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _environment(**variables: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
+    return {**env, **variables}
+
+
+def _serve(**variables: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service"],
+        cwd=ROOT,
+        env=_environment(**variables),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_settings_come_from_fractal_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRACTAL_BUNDLE_DIR", "/bundles/b")
+    monkeypatch.setenv("FRACTAL_INDEX_KINDS", " exact , pq ")
+    monkeypatch.setenv("FRACTAL_MAX_K", "500")
+    monkeypatch.setenv("FRACTAL_SFS", "true")
+    monkeypatch.setenv("FRACTAL_DATA_DIR", "/data")  # the trainer's variable: ignored here
+    settings = Settings()
+    assert settings.bundle_dir == Path("/bundles/b")
+    assert settings.index_kinds == ("exact", "pq")
+    assert (settings.max_k, settings.sfs, settings.default_k) == (500, True, 10)
+    assert settings.hnsw.m == 32 and settings.pq.nbits == 8
+
+
+@pytest.mark.parametrize(
+    ("variables", "needle"),
+    [
+        ({}, "FRACTAL_BUNDLE_DIR: Field required"),
+        ({"FRACTAL_MAX_K": "lots"}, "FRACTAL_MAX_K: Input should be a valid integer"),
+        ({"FRACTAL_INDEX_KINDS": "hnsw,ivf"}, "FRACTAL_INDEX_KINDS: Input should be 'exact'"),
+        ({"FRACTAL_INDEX_KINDS": ""}, "index_kinds must list some of exact, hnsw, pq"),
+        ({"FRACTAL_DEFAULT_K": "20", "FRACTAL_MAX_K": "10"}, "must not exceed max_k"),
+        ({"FRACTAL_QUEUE_DEPTH": "8"}, "queue_depth (8) must be at least max_texts (128)"),
+        ({"FRACTAL_PORT": "70000"}, "FRACTAL_PORT"),
+    ],
+)
+def test_bad_settings_are_described_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], needle: str
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("FRACTAL_"):
+            monkeypatch.delenv(key)
+    if variables:
+        monkeypatch.setenv("FRACTAL_BUNDLE_DIR", "/bundles/b")
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError) as error:
+        Settings()
+    message = describe_settings_error(error.value)
+    assert needle in message and "\n" not in message
+
+
+def test_missing_bundle_ends_the_process_with_one_line(tmp_path: Path) -> None:
+    result = _serve(FRACTAL_BUNDLE_DIR=str(tmp_path / "nothing"))
+    assert result.returncode == 2
+    assert result.stderr == f"error: bundle directory not found: {tmp_path / 'nothing'}\n"
+    assert result.stdout == ""
+
+
+def test_tampered_bundle_ends_the_process_with_one_line(
+    identity_bundle_dir: Path, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(identity_bundle_dir, bundle)
+    with (bundle / "tokenizer.json").open("a") as tokenizer:
+        tokenizer.write(" ")
+    result = _serve(FRACTAL_BUNDLE_DIR=str(bundle), FRACTAL_INDEX_DIR=str(tmp_path / "index"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: bundle file ")
+    assert "does not match its sha256" in result.stderr
+    assert not (tmp_path / "index").exists()  # refused before anything was written
+
+
+def test_bad_setting_ends_the_process_with_one_line() -> None:
+    result = _serve(FRACTAL_BUNDLE_DIR="/b", FRACTAL_MAX_BATCH_SIZE="0")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: invalid settings: FRACTAL_MAX_BATCH_SIZE: Input should be greater than or "
+        "equal to 1\n"
+    )
+
+
+def test_index_dir_of_another_bundle_is_refused(
+    identity_bundle_dir: Path, v5_bundle_dir: Path, tmp_path: Path
+) -> None:
+    index_dir = tmp_path / "index"
+    Runtime.load(make_settings(identity_bundle_dir, index_dir)).collection.close()
+    with pytest.raises(StartupError, match="holds vectors of bundle 'identity'"):
+        Runtime.load(make_settings(v5_bundle_dir, index_dir))
+
+
+def test_index_parameters_that_do_not_fit_are_refused(
+    identity_bundle_dir: Path, tmp_path: Path
+) -> None:
+    settings = make_settings(identity_bundle_dir, tmp_path / "index", index_kinds="pq", pq_m=7)
+    with pytest.raises(StartupError, match="PQ m=7 sub-quantizers must divide"):
+        Runtime.load(settings)
+
+
+def test_service_never_imports_torch_or_training() -> None:
+    code = (
+        "import sys, service.app, service.__main__, service.openapi; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'training')); "
+        "assert not bad, bad"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
