@@ -1,0 +1,52 @@
+"""The official ``openai`` client against a real server: floats, its default base64, dimensions
+and errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from tests.e2e.conftest import GRACEFUL_EXITS, Server
+
+MODEL = "clinc150-v5-small"
+TEXTS = ["i need to transfer money to my sister", "what's on my calendar today", "hi there"]
+
+
+def test_openai_client_embeddings(
+    v5_bundle_dir: Path, tmp_path: Path, launch: Callable[..., Server]
+) -> None:
+    server = launch(v5_bundle_dir, tmp_path / "index")
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+
+    default = client.embeddings.create(model=MODEL, input=TEXTS, dimensions=64)  # base64
+    as_floats = client.embeddings.create(
+        model=MODEL, input=TEXTS, dimensions=64, encoding_format="float"
+    )
+    assert default.model == MODEL and default.object == "list"
+    assert [item.index for item in default.data] == [0, 1, 2]
+    vectors = np.array([item.embedding for item in default.data])
+    assert vectors.shape == (3, 64)
+    np.testing.assert_allclose(vectors, [item.embedding for item in as_floats.data], atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert default.usage.prompt_tokens == default.usage.total_tokens > len(TEXTS)
+
+    with server.client() as http:
+        body = http.post("/embed", json={"texts": TEXTS, "dims": 64}).json()
+    np.testing.assert_allclose(
+        vectors, [item["embeddings"][0]["vector"] for item in body["data"]], atol=1e-5
+    )
+
+    full = client.embeddings.create(model=MODEL, input="a single string")
+    assert len(full.data) == 1 and len(full.data[0].embedding) == 256
+
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.embeddings.create(model="text-embedding-3-small", input=TEXTS)
+    assert MODEL in str(missing.value)
+    with pytest.raises(openai.UnprocessableEntityError) as bad_dims:
+        client.embeddings.create(model=MODEL, input=TEXTS, dimensions=100)
+    assert "allowed: 64, 128, 192, 256" in str(bad_dims.value)
+    assert server.stop() in GRACEFUL_EXITS
