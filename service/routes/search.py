@@ -151,7 +151,8 @@ async def _run(
     request: Request,
     queries: list[str],
     options: SearchOptions,
-    params: tuple[str, list[str] | None],
+    param: str,
+    item_params: list[str] | None = None,
 ) -> tuple[list[QueryResultOut], Timings]:
     plan = runtime.searcher.plan(
         k=options.k,
@@ -160,7 +161,7 @@ async def _run(
         rerank=options.rerank,
         scoring=options.scoring,
     )
-    outcome, encode_seconds = await runtime.search(queries, plan, *params)
+    outcome, encode_seconds = await runtime.search(queries, plan, param, item_params)
     dimensions = {result.route.dimension for result in outcome.results}
     label_request(
         request,
@@ -180,7 +181,7 @@ async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
     """Search the documents with one query."""
-    (result,), timings = await _run(runtime, request, [params.q], params, ("q", ["q"]))
+    (result,), timings = await _run(runtime, request, [params.q], params, "q", ["q"])
     return SearchResponse(**result.model_dump(), timings_ms=timings)
 
 
@@ -189,5 +190,5 @@ async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:
     """Search the documents with several queries sharing the same options."""
-    results, timings = await _run(runtime, request, body.queries, body, ("queries", None))
+    results, timings = await _run(runtime, request, body.queries, body, "queries")
     return BatchSearchResponse(results=results, timings_ms=timings)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -126,3 +128,16 @@ def test_non_finite_metadata_is_refused(client: TestClient) -> None:
     )
     assert response.status_code == 422
     assert "metadata must be plain JSON" in response.json()["error"]["message"]
+
+
+def test_writes_are_snapshotted_periodically(identity_bundle_dir: Path, settings_for) -> None:
+    settings = settings_for(identity_bundle_dir, snapshot_interval_s=0.005)
+    manifest = settings.index_dir / "snapshot" / "manifest.json"
+    with serve(settings) as client:
+        assert not manifest.exists()  # nothing written, nothing to snapshot
+        _add(client, [{"text": "cancel my gym membership"}, {"text": "how tall is everest"}])
+        for _ in range(4000):  # a bound on polls, not a deadline
+            if manifest.exists():
+                break
+            time.sleep(0.005)
+        assert json.loads(manifest.read_text())["counter"] == 2
