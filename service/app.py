@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 
 from service.errors import install_error_handlers
 from service.metrics import Metrics
-from service.routes import documents, embed, openai, search, system
+from service.routes import documents, embed, openai_compat, search, system
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.state.runtime = None
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (embed, openai, documents, search, system):
+    for module in (embed, openai_compat, documents, search, system):
         app.include_router(module.router)
 
     @app.middleware("http")

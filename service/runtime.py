@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,6 +121,7 @@ class Runtime:
         )
         self.searcher = Searcher(collection, manifest, router, settings, metrics)
         self._unsnapshotted_writes = False
+        self._snapshot_lock = threading.Lock()
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False
 
@@ -176,17 +178,22 @@ class Runtime:
             await asyncio.to_thread(self._snapshot_if_changed)
 
     def _snapshot_if_changed(self) -> None:
-        """Write an index snapshot, so the next start need not rebuild or catch up much."""
-        if not self._unsnapshotted_writes:
-            return
-        self._unsnapshotted_writes = False
-        try:
-            counter = self.collection.snapshot()
-        except (OSError, RuntimeError):
-            self._unsnapshotted_writes = True
-            logger.exception("index snapshot failed; the store is intact, the next start rebuilds")
-            return
-        logger.info("index snapshot written at change %d", counter)
+        """Write an index snapshot, so the next start need not rebuild or catch up much.
+
+        Serialised by a lock, so the snapshot at shutdown waits for a periodic one whose task
+        was cancelled while its thread still runs, and the store is closed only after both.
+        """
+        with self._snapshot_lock:
+            if not self._unsnapshotted_writes:
+                return
+            self._unsnapshotted_writes = False
+            try:
+                counter = self.collection.snapshot()
+            except (OSError, RuntimeError):
+                self._unsnapshotted_writes = True
+                logger.exception("index snapshot failed; the store is intact, a restart rebuilds")
+                return
+            logger.info("index snapshot written at change %d", counter)
 
     # -- operations ------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ in the session's base temporary directory after that.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -71,12 +72,27 @@ def _build_v5(out: Path) -> None:
     )
 
 
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Build on one torch thread: on a small, shared machine more threads contend and run many
+    times slower (the 3 training epochs took 2 s on one thread and 35 s on two, under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _session_bundle(
     factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
 ) -> Path:
     path = factory.getbasetemp() / "bundles" / name
     if not (path / MANIFEST_FILE).is_file():
-        build(path)
+        with _one_torch_thread():
+            build(path)
     return path
 
 

@@ -28,8 +28,9 @@ def v5_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_settings(bundle_dir: Path, index_dir: Path, **overrides: Any) -> Settings:
-    """Settings for a test: snapshots only at shutdown, everything else as given or default."""
-    values: dict[str, Any] = {"snapshot_interval_s": 0, **overrides}
+    """Settings for a test: snapshots only at shutdown and one encoder thread (test runs share
+    a small machine, where more threads contend), everything else as given or default."""
+    values: dict[str, Any] = {"snapshot_interval_s": 0, "encoder_threads": 1, **overrides}
     return Settings(bundle_dir=bundle_dir, index_dir=index_dir, **values)
 
 
