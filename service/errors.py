@@ -91,15 +91,20 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-ERROR_RESPONSES: dict[int | str, dict] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in (
-        (422, "invalid input: the message says which field and what the limit is"),
-        (429, "the encoder queue is full; retry after the Retry-After header's seconds"),
-        (503, "the bundle and index are not loaded yet"),
-    )
+_ERROR_DESCRIPTIONS = {
+    404: "not found: the message names the document or model",
+    422: "invalid input: the message says which field and what the limit is",
+    429: "the encoder queue is full; retry after the Retry-After header's seconds",
+    503: "the bundle and index are not loaded (starting or stopping)",
 }
-"""The error answers every model-backed endpoint documents in the OpenAPI contract."""
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict]:
+    """The OpenAPI ``responses`` entry of an endpoint that can answer these error statuses."""
+    return {
+        status: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
+        for status in statuses
+    }
 
 
 def error_response(

@@ -8,13 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.errors import ERROR_RESPONSES, ErrorResponse
+from service.errors import error_responses
 from service.metrics import label_request
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["documents"])
-
-NOT_FOUND = {404: {"model": ErrorResponse, "description": "no document with this id"}}
 
 
 class DocumentIn(BaseModel):
@@ -63,7 +61,7 @@ class DeleteDocumentResponse(BaseModel):
     deleted: bool
 
 
-@router.post("/documents", responses=ERROR_RESPONSES)
+@router.post("/documents", responses=error_responses(422, 429, 503))
 async def add_documents(
     body: AddDocumentsRequest, runtime: RuntimeDep, request: Request
 ) -> AddDocumentsResponse:
@@ -77,14 +75,14 @@ async def add_documents(
     return AddDocumentsResponse(ids=ids)
 
 
-@router.get("/documents/{doc_id:path}", responses=NOT_FOUND)
+@router.get("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
 async def get_document(doc_id: str, runtime: RuntimeDep) -> DocumentOut:
     """A stored document's text and metadata."""
     document = await runtime.get_document(doc_id)
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
 
-@router.delete("/documents/{doc_id:path}", responses=NOT_FOUND)
+@router.delete("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
 async def delete_document(doc_id: str, runtime: RuntimeDep) -> DeleteDocumentResponse:
     """Delete a document from the store and every index."""
     await runtime.delete_document(doc_id)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.embedding import prefix_vectors, resolve_dims
-from service.errors import ERROR_RESPONSES
+from service.errors import error_responses
 from service.metrics import label_request
 from service.runtime import RuntimeDep
 
@@ -60,7 +60,7 @@ class EmbedResponse(BaseModel):
     usage: Usage
 
 
-@router.post("/embed", responses=ERROR_RESPONSES)
+@router.post("/embed", responses=error_responses(422, 429, 503))
 async def embed(body: EmbedRequest, runtime: RuntimeDep, request: Request) -> EmbedResponse:
     """Embed texts at one or several prefix dimensions."""
     dims = resolve_dims(runtime.manifest, body.dims, body.granularity)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from service.embedding import base64_float32, prefix_vectors, resolve_dims
-from service.errors import ERROR_RESPONSES, ErrorResponse, ModelNotFound
+from service.errors import ModelNotFound, error_responses
 from service.metrics import label_request
 from service.routes.embed import Usage
 from service.runtime import RuntimeDep
@@ -45,13 +45,7 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
-@router.post(
-    "/v1/embeddings",
-    responses={
-        **ERROR_RESPONSES,
-        404: {"model": ErrorResponse, "description": "the model is not the one served"},
-    },
-)
+@router.post("/v1/embeddings", responses=error_responses(404, 422, 429, 503))
 async def create_embeddings(
     body: EmbeddingsRequest, runtime: RuntimeDep, request: Request
 ) -> EmbeddingsResponse:

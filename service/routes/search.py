@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.errors import ERROR_RESPONSES
+from service.errors import error_responses
 from service.metrics import label_request
 from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
@@ -176,7 +176,7 @@ async def _run(
     return results, _timings(outcome, encode_seconds)
 
 
-@router.get("/search", responses=ERROR_RESPONSES)
+@router.get("/search", responses=error_responses(422, 429, 503))
 async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
@@ -185,7 +185,7 @@ async def search(
     return SearchResponse(**result.model_dump(), timings_ms=timings)
 
 
-@router.post("/search", responses=ERROR_RESPONSES)
+@router.post("/search", responses=error_responses(422, 429, 503))
 async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:

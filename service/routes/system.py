@@ -9,12 +9,10 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from service.errors import ErrorResponse
+from service.errors import error_responses
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["system"])
-
-NOT_READY = {503: {"model": ErrorResponse, "description": "the bundle and index are not loaded"}}
 
 
 class Status(BaseModel):
@@ -77,13 +75,13 @@ async def health() -> Status:
     return Status(status="ok")
 
 
-@router.get("/ready", responses=NOT_READY)
+@router.get("/ready", responses=error_responses(503))
 async def ready(runtime: RuntimeDep) -> Status:
     """The bundle and the index are loaded and the encoder queue runs."""
     return Status(status="ready")
 
 
-@router.get("/info", responses=NOT_READY)
+@router.get("/info", responses=error_responses(503))
 async def info(runtime: RuntimeDep) -> Info:
     """The manifest, the served resolutions, the documents and every index's size."""
     return Info(**await asyncio.to_thread(runtime.info))

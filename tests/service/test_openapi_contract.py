@@ -35,5 +35,13 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
     }
     assert set(schema["paths"]["/search"]) == {"get", "post"}
     assert set(schema["paths"]["/documents/{doc_id}"]) == {"get", "delete"}
-    error = schema["paths"]["/embed"]["post"]["responses"]["422"]["content"]["application/json"]
-    assert error["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
+    error_shape = {"$ref": "#/components/schemas/ErrorResponse"}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if status.startswith(("4", "5")):
+                    content = response["content"]["application/json"]["schema"]
+                    assert content == error_shape, (path, method, status)
+            if "requestBody" in operation or operation.get("parameters"):
+                assert "422" in operation["responses"], (path, method)
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
