@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             route = request.scope.get("route")
             labels = getattr(request.state, "metric_labels", {})
             metrics.request_seconds.labels(
-                endpoint=getattr(route, "path", "unmatched"),
+                endpoint=getattr(route, "path_format", "unmatched"),
                 granularity=labels.get("granularity", ""),
                 dimension=labels.get("dimension", ""),
                 index=labels.get("index", ""),

@@ -88,6 +88,8 @@ def test_metrics_follow_the_requests(client: TestClient) -> None:
     assert client.get("/search", params=search).status_code == 200
     assert client.post("/embed", json={"texts": ["a", "b"], "dims": [64, 128]}).status_code == 200
     assert client.get("/search", params={**search, "k": 0}).status_code == 422
+    assert client.get("/documents/a/b").status_code == 404
+    assert client.get("/no/such/route").status_code == 404
     after = _samples(client)
 
     def grew(name: str, by: float = 1.0, **labels: str) -> bool:
@@ -100,6 +102,9 @@ def test_metrics_follow_the_requests(client: TestClient) -> None:
     embed = {"endpoint": "/embed", "granularity": "", "dimension": "64,128", "index": ""}
     assert grew(request, **embed, status="200")
     assert grew(request, endpoint="/search", granularity="", dimension="", index="", status="422")
+    unlabelled = {"granularity": "", "dimension": "", "index": "", "status": "404"}
+    assert grew(request, endpoint="/documents/{doc_id}", **unlabelled)
+    assert grew(request, endpoint="unmatched", **unlabelled)
     assert grew(
         "fractal_search_duration_seconds_count", dimension="64", index="exact", rerank="none"
     )
