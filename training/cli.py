@@ -5,6 +5,7 @@
     fractal evaluate runs/v5-42 runs/mrl-42 --out runs/report
     fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report]
     fractal export-identity --out bundles/identity
+    fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
 """
@@ -275,6 +276,55 @@ def _cmd_export_identity(args):
     print(f"bundle: {args.out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
 
 
+def _cmd_ingest(args):
+    """Send a dataset split to a running service as documents (a demo corpus)."""
+    import time
+
+    import httpx
+    from tqdm.auto import tqdm
+
+    from training.data.registry import load_dataset
+
+    splits = load_dataset(args.dataset, max_train=args.max_texts, max_test=args.max_texts)
+    part = splits.train if args.split == "train" else splits.test
+    names = splits.hierarchy.label_names
+    levels = splits.hierarchy.level_names
+    with httpx.Client(base_url=args.url, timeout=300) as client:
+        deadline = time.monotonic() + args.wait
+        while True:
+            try:
+                if client.get("/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise FractalError(f"no ready Fractal service at {args.url} after {args.wait:g} s")
+            time.sleep(0.5)
+        for start in tqdm(
+            range(0, len(part), args.batch_size),
+            desc="ingest",
+            unit="batch",
+            disable=args.no_progress,
+        ):
+            rows = range(start, min(start + args.batch_size, len(part)))
+            documents = [
+                {
+                    "id": f"{Path(args.dataset).name}-{args.split}-{i}",
+                    "text": part.texts[i],
+                    "metadata": {
+                        levels[lv]: names[lv][part.labels[i, lv]] for lv in range(len(levels))
+                    },
+                }
+                for i in rows
+            ]
+            response = client.post("/documents", json={"documents": documents})
+            if response.status_code != 200:
+                raise FractalError(
+                    f"the service refused a batch: {response.status_code} {response.text[:300]}"
+                )
+    print(f"ingested {len(part)} {args.split} texts of {args.dataset} into {args.url}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from training.objectives import OBJECTIVES
 
@@ -325,6 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("--overwrite", action="store_true")
     _add_encoder_options(identity)
     identity.set_defaults(handler=_cmd_export_identity)
+    ingest = commands.add_parser("ingest", help="send a dataset split to a running service")
+    ingest.add_argument("--url", default="http://127.0.0.1:8000")
+    ingest.add_argument("--dataset", default="clinc150")
+    ingest.add_argument("--split", choices=("train", "test"), default="train")
+    ingest.add_argument("--max-texts", type=int, help="subsample the split (default: all)")
+    ingest.add_argument("--batch-size", type=int, default=128, help="documents per request")
+    ingest.add_argument("--wait", type=float, default=120, help="seconds to wait for /ready")
+    ingest.add_argument("--no-progress", action="store_true")
+    ingest.set_defaults(handler=_cmd_ingest)
     return parser
 
 
