@@ -1,0 +1,166 @@
+"""Timing, recall and reporting shared by the search benchmarks.
+
+Latency is measured round-robin: every round runs each configuration over all queries in turn,
+so a change in the machine's load during the run hits all configurations alike and the ratios
+between them stay fair. Single-query latency times one ``search`` call per query (the query is a
+``(1, dim)`` row); batch throughput times one call with all queries at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+Search = Callable[[np.ndarray], object]
+"""Runs one search for a ``(n, dim)`` query matrix; its result is not used for timing."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration to time: a search and the query matrix it takes."""
+
+    search: Search
+    queries: np.ndarray
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Single-query latency percentiles (µs) and batch throughput (queries per second)."""
+
+    p50_us: float
+    p99_us: float
+    batch_qps: float
+
+    def to_json(self) -> dict:
+        return {"p50_us": self.p50_us, "p99_us": self.p99_us, "batch_qps": self.batch_qps}
+
+
+def measure(cases: Mapping[str, Case], rounds: int) -> dict[str, Latency]:
+    """Time every case round-robin: ``rounds`` passes of single queries, then of one batch.
+
+    One untimed warm-up query per case comes first. Percentiles are over all single-query
+    timings of all rounds; throughput uses the median batch time.
+    """
+    single: dict[str, list[np.ndarray]] = {name: [] for name in cases}
+    batch: dict[str, list[float]] = {name: [] for name in cases}
+    for case in cases.values():
+        case.search(case.queries[:1])
+    for _ in range(rounds):
+        for name, case in cases.items():
+            search, queries = case.search, case.queries
+            timings = np.empty(len(queries))
+            for i in range(len(queries)):
+                row = queries[i : i + 1]
+                start = time.perf_counter_ns()
+                search(row)
+                timings[i] = time.perf_counter_ns() - start
+            single[name].append(timings / 1e3)
+    for _ in range(rounds):
+        for name, case in cases.items():
+            start = time.perf_counter()
+            case.search(case.queries)
+            batch[name].append(time.perf_counter() - start)
+    latencies = {}
+    for name, case in cases.items():
+        pooled = np.concatenate(single[name])
+        latencies[name] = Latency(
+            p50_us=float(np.percentile(pooled, 50)),
+            p99_us=float(np.percentile(pooled, 99)),
+            batch_qps=len(case.queries) / float(np.median(batch[name])),
+        )
+    return latencies
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Mean over queries of ``|found[:k] ∩ truth[:k]| / k`` (ids; -1 marks a missing result)."""
+    hits = [
+        len(np.intersect1d(row[:k][row[:k] >= 0], true_row[:k]))
+        for row, true_row in zip(found, truth, strict=True)
+    ]
+    return float(np.mean(hits)) / k
+
+
+def exact_neighbours(base: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the ``k`` largest inner products per query, by brute force (``IndexFlatIP``)."""
+    index = faiss.IndexFlatIP(base.shape[1])
+    index.add(base)
+    return index.search(queries, k)[1]
+
+
+def first_reaching(
+    rows: Sequence[Mapping], target: float, knob: str, recall: str = "recall_at_10"
+) -> Mapping | None:
+    """The row with the smallest ``knob`` (efSearch, shortlist factor…) whose ``recall`` is at
+    least ``target``, or None when no row reaches it.
+
+    This is how latencies are compared at equal recall: each method at its cheapest setting
+    that reaches the same recall floor.
+    """
+    reaching = [row for row in rows if row[recall] >= target]
+    return min(reaching, key=lambda row: row[knob]) if reaching else None
+
+
+def _cpu_model() -> str:
+    try:
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or "unknown"
+    for line in lines.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def machine_header(threads: int) -> dict:
+    """The machine, its load now, the library versions and the FAISS thread count."""
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "load_average_1_5_15_min_at_start": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "faiss": faiss.__version__,
+        "faiss_threads": threads,
+    }
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub Markdown table; floats are written as given (format them before)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def bullet_list(header: Mapping) -> str:
+    """A flat dict as a bullet list; nested values are written as JSON."""
+    return "\n".join(
+        f"- {key.replace('_', ' ')}: "
+        + (json.dumps(value) if isinstance(value, dict | list | tuple) else str(value))
+        for key, value in header.items()
+    )
+
+
+def record_end_load(header: dict) -> None:
+    """Add the load average now (the end of the run) to a :func:`machine_header`."""
+    header["load_average_1_5_15_min_at_end"] = [round(x, 2) for x in os.getloadavg()]
+
+
+def write_results(out: Path, name: str, payload: dict, markdown: str) -> list[Path]:
+    """``out/name.json`` and ``out/name.md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
+    json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(markdown + "\n", encoding="utf-8")
+    return [json_path, md_path]
