@@ -18,6 +18,7 @@ re-ranking, are derived from the store:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -317,9 +318,13 @@ class Collection:
         coarse_dim: int,
         factor: int = 4,
         kind: str = "exact",
+        timings: dict[str, float] | None = None,
     ) -> list[list[Hit]]:
         """Coarse-to-fine: shortlist ``k * factor`` by cosine at ``coarse_dim`` with the ``kind``
-        index, then re-rank the shortlist exactly by full-dimension cosine and keep ``k``."""
+        index, then re-rank the shortlist exactly by full-dimension cosine and keep ``k``.
+
+        When ``timings`` is given, the seconds spent in each step are added to its
+        ``"shortlist"`` and ``"rerank"`` entries."""
         spec = self._spec("cosine", coarse_dim, kind)
         k = _check_count(k, "k")
         shortlist = k * _check_count(factor, "factor")
@@ -329,12 +334,17 @@ class Collection:
         results: list[list[Hit]] = []
         with self._lock.read():
             shortlist = min(shortlist, max(len(self._table), 1))
+            started = time.perf_counter()
             _, candidates = self._indexes[spec.name].search(coarse, shortlist)
+            shortlisted = time.perf_counter()
             for query, rows in zip(full, candidates, strict=True):
                 rows = rows[rows >= 0]
                 scores = self._table.gather(rows) @ query
                 best = np.argsort(-scores, kind="stable")[:k]
                 results.append(self._hits(scores[best], rows[best]))
+            if timings is not None:
+                timings["shortlist"] = timings.get("shortlist", 0.0) + shortlisted - started
+                timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - shortlisted
         return results
 
     def stats(self) -> dict:

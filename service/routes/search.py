@@ -88,13 +88,14 @@ class QueryResultOut(BaseModel):
 
 
 class Timings(BaseModel):
-    """Milliseconds. encode includes the wait in the encoder queue; search is the index calls
-    (for c2f the shortlist and the exact re-rank, which run as one index call); fetch reads the
-    hits' texts and metadata from the store."""
+    """Milliseconds. encode includes the wait in the encoder queue; route is auto's head call;
+    search is the index calls (for c2f the coarse shortlist); rerank is c2f's exact re-rank at
+    the full dimension (0 without c2f); fetch reads the hits' texts and metadata from the store."""
 
     encode: float
     route: float
     search: float
+    rerank: float
     fetch: float
 
 
@@ -142,6 +143,7 @@ def _timings(outcome: SearchOutcome, encode_seconds: float) -> Timings:
         encode=encode_seconds * MS,
         route=outcome.route_seconds * MS,
         search=outcome.search_seconds * MS,
+        rerank=outcome.rerank_seconds * MS,
         fetch=outcome.fetch_seconds * MS,
     )
 

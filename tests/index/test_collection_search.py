@@ -70,7 +70,9 @@ def test_c2f_with_a_large_factor_equals_exact_full_dimension_search(
     collection.upsert(ids, ["text"] * len(ids), vectors)
     queries = rng.standard_normal((5, 64)).astype(np.float32)
     expected = top_k(cosine(queries, vectors), ids, 10)
-    assert_same(collection.search_c2f(queries, 10, coarse_dim=16, factor=30), expected)
+    timings: dict[str, float] = {}
+    assert_same(collection.search_c2f(queries, 10, 16, factor=30, timings=timings), expected)
+    assert set(timings) == {"shortlist", "rerank"} and min(timings.values()) > 0
     assert_same(collection.search_c2f(queries, 10, 16, factor=30, kind="hnsw"), expected)
     # A small shortlist re-ranks only what the coarse prefix found: full-dim scores, its order.
     coarse_ids = {hit.id for hit in collection.search(queries[:1], 20, 16)[0]}

@@ -115,8 +115,14 @@ def test_hits_carry_text_and_metadata(client: TestClient, corpus: tuple) -> None
         "text": corpus[0][7],
         "metadata": {"position": 7},
     }
-    assert set(result["timings_ms"]) == {"encode", "route", "search", "fetch"}
+    assert set(result["timings_ms"]) == {"encode", "route", "search", "rerank", "fetch"}
     assert all(value >= 0 for value in result["timings_ms"].values())
+    assert result["timings_ms"]["rerank"] == 0.0  # no c2f, no re-rank
+
+
+def test_c2f_reports_its_rerank_time_apart(client: TestClient, corpus: tuple) -> None:
+    result = client.get("/search", params={"q": corpus[1][0], "rerank": "c2f"}).json()
+    assert result["timings_ms"]["rerank"] > 0.0
 
 
 def test_get_and_post_agree(client: TestClient, corpus: tuple) -> None:
