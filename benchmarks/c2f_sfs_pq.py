@@ -35,17 +35,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import faiss
 import matplotlib
 import numpy as np
 
-from benchmarks.search_data import GaussianMixture, split_queries, toy_embeddings, v5_embeddings
+from benchmarks.search_data import GaussianMixture, head_embeddings, split_queries, toy_embeddings
 from benchmarks.search_measure import (
     Case,
     Search,
     bullet_list,
     exact_neighbours,
+    faster,
     first_reaching,
     machine_header,
     markdown_table,
@@ -74,7 +76,10 @@ class Settings:
     dim: int = 256
     queries: int = 1000
     synthetic_n: int = 100_000
-    """0: the real set only."""
+    """0: no synthetic set."""
+    baseline: str | None = "mrl"
+    """A second head whose real embeddings are searched too (its 64-d prefix is trained on the
+    fine labels, V5's on the coarse ones); None: V5 only. Smoke runs have no heads."""
     factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     pq_rerank_factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     ef_values: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
@@ -85,6 +90,7 @@ class Settings:
     clusters: int = 256
     rounds: int = 3
     c2f_target: float = 0.99
+    recall_floors: tuple[float, ...] = (0.9, 0.95, 0.99)
     threads: int = 1
     seed: int = 0
 
@@ -100,6 +106,7 @@ SMOKE = Settings(
     pq_m_values=(8, 16),
     clusters=16,
     rounds=1,
+    baseline=None,
 )
 
 
@@ -117,7 +124,7 @@ def found_ids(result: object) -> np.ndarray:
     """Row ids, ``(n, k)`` with -1 for missing, from a collection's hits or a FAISS result."""
     if isinstance(result, tuple):
         return result[1]
-    hits: list[list[Hit]] = result  # type: ignore[assignment]
+    hits = cast(list[list[Hit]], result)
     found = np.full((len(hits), K), -1, dtype=np.int64)
     for row, query_hits in zip(found, hits, strict=True):
         row[: len(query_hits)] = [int(hit.id) for hit in query_hits]
@@ -218,7 +225,9 @@ def raw_entries(base: np.ndarray, settings: Settings) -> tuple[list[Entry], dict
     vectors = prefix_unit(base, full)
     flat = ExactIndex(full)
     flat.add(ids, vectors)
-    entries = [Entry({"kind": "exact"}, lambda q: flat.search(prefix_unit(q, full), K), "")]
+    searches: list[tuple[dict, Search]] = [
+        ({"kind": "exact"}, lambda q: flat.search(prefix_unit(q, full), K))
+    ]
     started = time.perf_counter()
     graph = faiss.IndexHNSWFlat(full, settings.hnsw.m, faiss.METRIC_INNER_PRODUCT)
     graph.hnsw.efConstruction = settings.hnsw.ef_construction
@@ -227,12 +236,8 @@ def raw_entries(base: np.ndarray, settings: Settings) -> tuple[list[Entry], dict
     sizes: dict = {"hnsw_build_s": time.perf_counter() - started, "pq": {}}
     for ef in settings.ef_values:
         hnsw = HnswIndex(full, replace(settings.hnsw, ef_search=ef), shared)
-        entries.append(
-            Entry(
-                {"kind": "hnsw", "ef_search": ef},
-                lambda q, h=hnsw: h.search(prefix_unit(q, full), K),
-                "",
-            )
+        searches.append(
+            ({"kind": "hnsw", "ef_search": ef}, lambda q, h=hnsw: h.search(prefix_unit(q, full), K))
         )
     for m in settings.pq_m_values:
         params = replace(settings.pq, m=m)
@@ -245,13 +250,12 @@ def raw_entries(base: np.ndarray, settings: Settings) -> tuple[list[Entry], dict
             "build_s": time.perf_counter() - started,
             "index_bytes_per_vector": pq.nbytes() / len(base),
         }
-        entries.append(
-            Entry({"kind": "pq", "pq_m": m}, lambda q, p=pq: p.search(prefix_unit(q, full), K), "")
+        searches.append(
+            ({"kind": "pq", "pq_m": m}, lambda q, p=pq: p.search(prefix_unit(q, full), K))
         )
     common = {"path": "raw", "search": "plain", "scoring": "cosine", "dim": full}
-    return [
-        replace(entry, info=common | entry.info, truth=f"cosine-{full}") for entry in entries
-    ], sizes
+    entries = [Entry(common | info, search, f"cosine-{full}") for info, search in searches]
+    return entries, sizes
 
 
 def truths(base: np.ndarray, queries: np.ndarray, settings: Settings) -> dict[str, np.ndarray]:
@@ -272,7 +276,12 @@ def truths(base: np.ndarray, queries: np.ndarray, settings: Settings) -> dict[st
 def run_dataset(
     name: str, base: np.ndarray, queries: np.ndarray, settings: Settings, work: Path
 ) -> dict:
-    """Build both paths over ``base``, measure every entry in one round-robin, add verdicts."""
+    """Build both paths over ``base``, measure every entry in one round-robin, add verdicts.
+
+    HNSW rows also count the distances FAISS computed per query (``faiss.cvar.hnsw_stats``),
+    which, unlike time, the machine's load does not change. The query mappings of cosine and SFS
+    are timed on their own too.
+    """
     started = time.perf_counter()
     collection = build_collection(work / name, base, settings)
     collection_build_s = time.perf_counter() - started
@@ -283,12 +292,20 @@ def run_dataset(
     latencies = measure(cases, settings.rounds)
     rows = []
     for i, entry in enumerate(entries):
+        faiss.cvar.hnsw_stats.reset()
         recall = recall_at_k(found_ids(entry.search(queries)), exact[entry.truth], K)
-        rows.append(
-            entry.info
-            | {"truth": f"exact {entry.truth}", "recall_at_10": recall}
-            | latencies[str(i)].to_json()
-        )
+        row = entry.info | {"truth": f"exact {entry.truth}", "recall_at_10": recall}
+        if entry.info["kind"] == "hnsw":
+            row["distances_per_query"] = faiss.cvar.hnsw_stats.ndis / len(queries)
+        rows.append(row | latencies[str(i)].to_json())
+    full, fragment_dim = settings.dim, settings.fragment_dim
+    mapping = measure(
+        {
+            "cosine": Case(lambda q: prefix_unit(q, full), queries),
+            "sfs": Case(lambda q: fragment_unit(q, full, fragment_dim), queries),
+        },
+        settings.rounds,
+    )
     stats = collection.stats()
     collection.close()
     return {
@@ -300,6 +317,7 @@ def run_dataset(
         },
         "raw_sizes": sizes,
         "rows": rows,
+        "query_mapping_p50_us": {name: latency.p50_us for name, latency in mapping.items()},
         "verdicts": verdicts(rows, settings),
     }
 
@@ -356,10 +374,47 @@ def verdicts(rows: Sequence[dict], settings: Settings) -> dict:
                     "batch_ratio": cosine["batch_qps"] / fragment["batch_qps"],
                     "cosine_recall": cosine["recall_at_10"],
                     "sfs_recall": fragment["recall_at_10"],
+                    "cosine_distances_per_query": cosine.get("distances_per_query"),
+                    "sfs_distances_per_query": fragment.get("distances_per_query"),
                     "target_met": ratio <= 1.1,
                 }
             )
-    return {"flat_p50_us": flat["p50_us"], "hnsw_at_target": hnsw, "c2f": c2f, "sfs": sfs}
+    return {
+        "flat_p50_us": flat["p50_us"],
+        "hnsw_at_target": hnsw,
+        "c2f": c2f,
+        "sfs": sfs,
+        "at_recall_floors": at_recall_floors(rows, settings, flat["p50_us"]),
+    }
+
+
+def at_recall_floors(rows: Sequence[dict], settings: Settings, flat_p50_us: float) -> list[dict]:
+    """For each way to search at 256-d and each recall floor, the cheapest setting reaching it."""
+    plain = {"search": "plain", "scoring": "cosine", "dim": settings.dim}
+    groups = {
+        "C2F flat-64 → 256": (_pick(rows, search="c2f", kind="exact"), "factor"),
+        "C2F HNSW-64 → 256": (_pick(rows, search="c2f", kind="hnsw"), "factor"),
+        "PQ-256 + re-rank": (_pick(rows, search="c2f", kind="pq"), "factor"),
+        "HNSW-256 (collection)": (
+            _pick(rows, path="collection", kind="hnsw", **plain),
+            "ef_search",
+        ),
+        "HNSW-256 (raw)": (_pick(rows, path="raw", kind="hnsw", **plain), "ef_search"),
+    }
+    result = []
+    for method, (candidates, knob) in groups.items():
+        for floor in settings.recall_floors:
+            row = first_reaching(candidates, floor, knob)
+            entry: dict = {"method": method, "floor": floor, "reached": row is not None}
+            if row is not None:
+                entry |= {
+                    "setting": _knob(row),
+                    "recall_at_10": row["recall_at_10"],
+                    "p50_us": row["p50_us"],
+                    "speedup_vs_flat": flat_p50_us / row["p50_us"],
+                }
+            result.append(entry)
+    return result
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -460,34 +515,42 @@ def _pq_table(dataset: dict, settings: dict) -> str:
     )
 
 
-def _sfs_table(entries: Sequence[dict]) -> str:
+def _floors_table(entries: Sequence[dict], floors: Sequence[float]) -> str:
+    cells: dict[str, list[str]] = {}
+    for entry in entries:
+        cell = (
+            f"{entry['setting']}: {entry['p50_us']:,.0f} µs ({entry['speedup_vs_flat']:.2f}×)"
+            if entry["reached"]
+            else "not reached"
+        )
+        cells.setdefault(entry["method"], []).append(cell)
     return markdown_table(
-        [
-            "index",
-            "dim",
-            "cosine p50 µs",
-            "SFS p50 µs",
-            "SFS / cosine (p50)",
-            "SFS / cosine (batch)",
-            "cosine recall@10",
-            "SFS recall@10",
-            "≤ 1.1×",
-        ],
-        [
-            [
-                e["kind"],
-                e["dim"],
-                _f(e["cosine_p50_us"]),
-                _f(e["sfs_p50_us"]),
-                f"{e['p50_ratio']:.2f}×",
-                f"{e['batch_ratio']:.2f}×",
-                _f(e["cosine_recall"], 3),
-                _f(e["sfs_recall"], 3),
-                "yes" if e["target_met"] else "no",
-            ]
-            for e in entries
-        ],
+        ["method", *(f"recall@10 ≥ {floor}" for floor in floors)],
+        [[method, *row] for method, row in cells.items()],
     )
+
+
+def _sfs_table(entries: Sequence[dict]) -> str:
+    headers = ["index", "dim", "cosine p50 µs", "SFS p50 µs", "SFS / cosine (p50)"]
+    headers += ["SFS / cosine (batch)", "cosine recall@10", "SFS recall@10"]
+    headers += ["cosine distances/query", "SFS distances/query", "≤ 1.1×"]
+    cells = [
+        [
+            e["kind"],
+            e["dim"],
+            _f(e["cosine_p50_us"]),
+            _f(e["sfs_p50_us"]),
+            f"{e['p50_ratio']:.3f}×",
+            f"{e['batch_ratio']:.3f}×",
+            _f(e["cosine_recall"], 3),
+            _f(e["sfs_recall"], 3),
+            _f(e["cosine_distances_per_query"], 0),
+            _f(e["sfs_distances_per_query"], 0),
+            "yes" if e["target_met"] else "no",
+        ]
+        for e in entries
+    ]
+    return markdown_table(headers, cells)
 
 
 def _c2f_verdict_lines(verdict: dict, target: float) -> str:
@@ -513,7 +576,7 @@ def _c2f_verdict_lines(verdict: dict, target: float) -> str:
         line = (
             f"- C2F from a {shortlist}-64 shortlist reaches recall@10 "
             f"{entry['recall_at_10']:.3f} at k′ = {K * entry['factor']}, p50 "
-            f"{entry['p50_us']:,.1f} µs: **{entry['speedup_vs_flat']:.2f}× faster than "
+            f"{entry['p50_us']:,.1f} µs: **{faster(entry['speedup_vs_flat'])} than "
             f"flat-256** (target ≥ 3×: **{'met' if entry['target_3x_met'] else 'missed'}**)"
         )
         ratios = ", ".join(
@@ -530,6 +593,7 @@ def _c2f_verdict_lines(verdict: dict, target: float) -> str:
 def write_markdown(report: dict) -> str:
     settings = report["settings"]
     target = settings["c2f_target"]
+    hnsw = settings["hnsw"]
     parts = [
         f"# C2F, SFS and PQ{' (smoke run)' if report['smoke'] else ''}",
         "Measured by `python -m benchmarks.c2f_sfs_pq`. k = 10; one query per call for p50/p99, "
@@ -537,10 +601,13 @@ def write_markdown(report: dict) -> str:
         f"{settings['threads']} FAISS thread(s); {settings['rounds']} interleaved rounds. "
         "`collection` rows go through `index.Collection` (the product path: input checks, "
         "normalisation, lock, C2F re-rank, string ids); `raw` rows call the same FAISS index "
-        "classes (`index.kinds`) directly, normalisation included. HNSW: M "
-        f"{settings['hnsw']['m']}, efConstruction {settings['hnsw']['ef_construction']}; the "
-        f"collection searches at ef {settings['hnsw']['ef_search']} (with a shortlist of k′ > "
-        "ef, FAISS searches at ef = k′).",
+        "classes (`index.kinds`) directly, from the same unnormalised query (normalisation "
+        f"timed too). HNSW: M {hnsw['m']}, efConstruction {hnsw['ef_construction']}; the "
+        f"collection searches at ef {hnsw['ef_search']} (for a shortlist k′ > ef FAISS searches "
+        "at ef = k′). C2F is compared with HNSW-256 on the collection path where the "
+        "collection's HNSW reaches the recall target, otherwise with the raw HNSW-256, which "
+        "does less work per query than any collection search. p99 includes any time the "
+        "process was descheduled while other processes ran (see the load average).",
         "## Machine\n\n" + bullet_list(report["machine"]),
         "## Data\n\n" + bullet_list(report["data"]),
         "## Parameters\n\n" + bullet_list(settings),
@@ -548,18 +615,26 @@ def write_markdown(report: dict) -> str:
     for dataset in report["datasets"]:
         verdict = dataset["verdicts"]
         sfs_max = max(entry["p50_ratio"] for entry in verdict["sfs"])
+        mapping = dataset["query_mapping_p50_us"]
         parts += [
             f"## {dataset['name']}: N = {dataset['n']:,}",
             f"Collection build (12 indexes) {dataset['collection_build_s']:.0f} s; raw HNSW-256 "
             f"build {dataset['raw_sizes']['hnsw_build_s']:.0f} s.",
             "### C2F against flat-256 and HNSW-256 (recall@10 against flat-256)\n\n"
             + _c2f_verdict_lines(verdict, target)
+            + "\n\nThe cheapest setting of each method reaching each recall floor: p50 and "
+            "speed-up over flat-256 (collection).\n\n"
+            + _floors_table(verdict["at_recall_floors"], settings["recall_floors"])
             + "\n\n"
             + _c2f_table(dataset["rows"], verdict["flat_p50_us"], settings["dim"]),
             f"### SFS against cosine (collection path, fragment {settings['fragment_dim']}-d)\n\n"
-            f"Largest SFS / cosine p50 ratio: **{sfs_max:.2f}×** (target ≤ 1.1×: "
-            f"**{'met' if sfs_max <= 1.1 else 'missed'}**). Each recall@10 is against exact "
-            "search with the same scoring.\n\n" + _sfs_table(verdict["sfs"]),
+            f"Largest SFS / cosine p50 ratio: **{sfs_max:.3f}×** (target ≤ 1.1×: "
+            f"**{'met' if sfs_max <= 1.1 else 'missed'}**). SFS runs the same FAISS search over "
+            "differently mapped vectors; its only extra work per query is the mapping, p50 "
+            f"{mapping['sfs']:.1f} µs against {mapping['cosine']:.1f} µs for cosine's prefix "
+            "normalisation (256-d). An HNSW graph built over SFS vectors is a different graph, "
+            "so it may compute more or fewer distances per query. Each recall@10 is against "
+            "exact search with the same scoring.\n\n" + _sfs_table(verdict["sfs"]),
             "### PQ (recall@10 against flat-256)\n\n" + _pq_table(dataset, settings),
         ]
     return "\n\n".join(parts)
@@ -625,28 +700,39 @@ def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path
             print(f"[{time.perf_counter() - started:7.1f} s] {message}", flush=True)
 
     if smoke:
-        vectors = toy_embeddings(2000, settings.dim, settings.seed)
+        embeddings = {"v5": toy_embeddings(2000, settings.dim, settings.seed)}
         data: dict = {"real": "smoke run: toy clustered vectors stand in for the V5 embeddings"}
     else:
-        say("V5 embeddings of the real sentences")
-        real = v5_embeddings(progress)
-        vectors, data = real.vectors, {"real": real.description}
-    base, queries = split_queries(vectors, settings.queries, settings.seed)
-    sets = {"real V5 embeddings": base}
-    data["queries"] = f"{len(queries):,} real embeddings held out of every base set"
+        objectives = ("v5", settings.baseline) if settings.baseline else ("v5",)
+        say(f"{', '.join(objectives)} embeddings of the real sentences")
+        heads = head_embeddings(objectives, progress)
+        embeddings = {objective: head.vectors for objective, head in heads.items()}
+        data = {f"real ({objective})": head.description for objective, head in heads.items()}
+    # The same seed holds out the same sentences from every head's embeddings.
+    splits = {
+        objective: split_queries(vectors, settings.queries, settings.seed)
+        for objective, vectors in embeddings.items()
+    }
+    sets = {f"real {objective.upper()} embeddings": split for objective, split in splits.items()}
+    data["queries"] = (
+        f"{settings.queries:,} real sentences held out of every base set, embedded by the same "
+        "head as the base (V5 for the synthetic set)"
+    )
+    base, queries = splits["v5"]
     if settings.synthetic_n:
         mixture = GaussianMixture.fit(base, settings.clusters, settings.seed)
-        sets["synthetic (fitted mixture)"] = mixture.sample(settings.synthetic_n, settings.seed + 3)
+        synthetic = mixture.sample(settings.synthetic_n, settings.seed + 3)
+        sets["synthetic (fitted to V5)"] = (synthetic, queries)
         data["synthetic"] = (
             f"{settings.synthetic_n:,} draws from a Gaussian mixture fitted to the {len(base):,} "
-            f"real base vectors (k-means, {settings.clusters} clusters, one shared full "
+            f"real V5 base vectors (k-means, {settings.clusters} clusters, one shared full "
             "within-cluster covariance); see index_latency.md for how it compares with the real set"
         )
     datasets = []
     with tempfile.TemporaryDirectory(prefix="fractal-c2f-") as work:
-        for name, vectors_of_set in sets.items():
-            say(f"{name}: N = {len(vectors_of_set):,}")
-            datasets.append(run_dataset(name, vectors_of_set, queries, settings, Path(work)))
+        for name, (base_of_set, queries_of_set) in sets.items():
+            say(f"{name}: N = {len(base_of_set):,}")
+            datasets.append(run_dataset(name, base_of_set, queries_of_set, settings, Path(work)))
     record_end_load(header)
     report = {
         "smoke": smoke,

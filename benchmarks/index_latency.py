@@ -35,16 +35,17 @@ import numpy as np
 
 from benchmarks.search_data import (
     GaussianMixture,
+    head_embeddings,
     iid_gaussian,
     split_queries,
     toy_embeddings,
-    v5_embeddings,
 )
 from benchmarks.search_measure import (
     Case,
     Search,
     bullet_list,
     exact_neighbours,
+    faster,
     first_reaching,
     machine_header,
     markdown_table,
@@ -248,15 +249,11 @@ def _verdict(entries: Sequence[dict], target: float, what: str) -> str:
         )
     met = "met" if low["speedup_p50"] >= 3.7 else "missed"
     return (
-        f"{what}: **{low['dim']}-d HNSW is {_faster(low['speedup_p50'])} than {high['dim']}-d "
-        f"in p50 single-query latency ({_faster(low['speedup_batch'])} in batch throughput) at "
+        f"{what}: **{low['dim']}-d HNSW is {faster(low['speedup_p50'])} than {high['dim']}-d "
+        f"in p50 single-query latency ({faster(low['speedup_batch'])} in batch throughput) at "
         f"recall@10 ≥ {target}** (efSearch {low['ef_search']} vs {high['ef_search']}; recall "
         f"{low['recall_at_10']:.3f} vs {high['recall_at_10']:.3f}). Target ≥ 3.7×: **{met}**."
     )
-
-
-def _faster(ratio: float) -> str:
-    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
 
 
 def write_markdown(report: dict) -> str:
@@ -306,7 +303,7 @@ def write_markdown(report: dict) -> str:
         ),
         "## The paper's setup: iid Gaussian, FAISS defaults (M 32, efConstruction 40, efSearch "
         f"16), N = {settings['hnsw_n']:,}\n\n"
-        f"At efSearch 16 the {low['dim']}-d index is {_faster(low['speedup_p50'])} than "
+        f"At efSearch 16 the {low['dim']}-d index is {faster(low['speedup_p50'])} than "
         f"{high['dim']}-d, but at recall@10 {low['recall_at_10']:.3f} against "
         f"{high['recall_at_10']:.3f}: the two do not return results of the same quality, so "
         "this ratio is not a speed-up at equal recall (the paper's Table 9 reports 3.7× for "
@@ -396,7 +393,7 @@ def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path
         data: dict = {"real": "smoke run: toy clustered vectors stand in for the V5 embeddings"}
     else:
         say("V5 embeddings of the real sentences")
-        real = v5_embeddings(progress)
+        real = head_embeddings(("v5",), progress)["v5"]
         vectors, data = real.vectors, {"real": real.description}
     base, queries = split_queries(vectors, settings.queries, settings.seed)
     data["real_base"] = len(base)

@@ -1,9 +1,10 @@
 """Vectors for the search benchmarks.
 
-- **Real**: a V5 head's 256-d embeddings of every distinct sentence in the data folder (CLINC-150
-  train/val/test and out-of-scope rows, the CLINC Wikipedia sentences, Banking77 train/test). The
-  frozen features are cached on disk by :func:`training.encoder.cached_features`; the head is
-  trained with the project's defaults on the CLINC-150 training subsample.
+- **Real**: a trained head's 256-d embeddings (V5, or MRL for comparison) of every distinct
+  sentence in the data folder (CLINC-150 train/val/test and out-of-scope rows, the CLINC Wikipedia
+  sentences, Banking77 train/test). The frozen features are cached on disk by
+  :func:`training.encoder.cached_features`; the head is trained with the project's defaults on the
+  CLINC-150 training subsample.
 - **Synthetic**: vectors drawn from a :class:`GaussianMixture` fitted to the real embeddings:
   k-means cluster means and weights, plus one within-cluster covariance shared by all clusters
   (full 256×256). Every prefix of a draw then has the real prefix's mean and covariance, both
@@ -19,6 +20,7 @@ All vectors are full and unnormalised; the benchmarks normalise each prefix with
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +58,11 @@ def real_sentences(data_dir: Path) -> dict[str, list[str]]:
     return distinct
 
 
-def v5_embeddings(progress: bool = False) -> RealEmbeddings:
-    """Encode every real sentence (cached), train a V5 head on CLINC-150, embed them all.
+def head_embeddings(
+    objectives: Sequence[str] = ("v5",), progress: bool = False
+) -> dict[str, RealEmbeddings]:
+    """Encode every real sentence (cached), train one head per objective on CLINC-150 with the
+    project's defaults, and embed all the sentences with each.
 
     torch and the encoder are imported here so that smoke runs, which use :func:`toy_embeddings`,
     never load them.
@@ -81,20 +86,24 @@ def v5_embeddings(progress: bool = False) -> RealEmbeddings:
         ]
     )
     data_config = DataConfig("clinc150")
-    train_config = TrainConfig()
-    head = train(prepare_data(data_config, encoder, progress=progress), train_config).head
-    vectors = np.ascontiguousarray(embed_features(head, features), np.float32)
-    description = {
-        "sentences": {name: len(texts) for name, texts in sentences.items()},
-        "total": len(vectors),
-        "encoder": encoder.config.to_json(),
-        "head": (
-            f"V5, trained on CLINC-150 ({data_config.max_train} training texts, data seed "
-            f"{data_config.data_seed}) with the project's default TrainConfig"
-        ),
-        "train_config": train_config.to_json(),
-    }
-    return RealEmbeddings(vectors, description)
+    data = prepare_data(data_config, encoder, progress=progress)
+    embeddings = {}
+    for objective in objectives:
+        train_config = TrainConfig(objective=objective)
+        head = train(data, train_config, progress=progress).head
+        vectors = np.ascontiguousarray(embed_features(head, features), np.float32)
+        description = {
+            "sentences": {name: len(texts) for name, texts in sentences.items()},
+            "total": len(vectors),
+            "encoder": encoder.config.to_json(),
+            "head": (
+                f"{objective}, trained on CLINC-150 ({data_config.max_train} training texts, "
+                f"data seed {data_config.data_seed}) with the project's default TrainConfig"
+            ),
+            "train_config": train_config.to_json(),
+        }
+        embeddings[objective] = RealEmbeddings(vectors, description)
+    return embeddings
 
 
 def split_queries(

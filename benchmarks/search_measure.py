@@ -143,6 +143,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     return "\n".join(lines)
 
 
+def faster(ratio: float) -> str:
+    """A speed-up (reference time / time) in words: ``2.50× faster``, below 1 ``1.25× slower``."""
+    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
+
+
 def bullet_list(header: Mapping) -> str:
     """A flat dict as a bullet list; nested values are written as JSON."""
     return "\n".join(

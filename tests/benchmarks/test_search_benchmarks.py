@@ -152,6 +152,8 @@ def test_speedup_compares_each_dimension_at_its_first_setting_reaching_the_targe
 
 
 def _row(path: str, search: str, kind: str, dim: int, recall: float, p50: float, **extra) -> dict:
+    if "factor" in extra:
+        extra["shortlist"] = 10 * extra["factor"]
     return {
         "path": path,
         "search": search,
@@ -197,3 +199,10 @@ def test_c2f_verdicts_compare_at_the_recall_target() -> None:
     assert sfs["exact", 256]["p50_ratio"] == pytest.approx(100.0 / 1000.0)
     assert sfs["hnsw", 64]["p50_ratio"] == pytest.approx(100.0 / 95.0)
     assert sfs["hnsw", 64]["target_met"]
+    floors = {(entry["method"], entry["floor"]): entry for entry in verdict["at_recall_floors"]}
+    assert floors["C2F flat-64 → 256", 0.9]["setting"] == "k′ = 40"  # recall 0.9 counts
+    assert floors["C2F flat-64 → 256", 0.95]["setting"] == "k′ = 160"
+    assert floors["C2F flat-64 → 256", 0.95]["speedup_vs_flat"] == pytest.approx(1000.0 / 300.0)
+    assert floors["HNSW-256 (raw)", 0.95]["setting"] == "ef 64"
+    assert floors["HNSW-256 (raw)", 0.99]["setting"] == "ef 128"
+    assert not floors["C2F HNSW-64 → 256", 0.99]["reached"]
