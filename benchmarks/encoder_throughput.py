@@ -357,6 +357,14 @@ def write_markdown(report: dict) -> str:
             "the same backbone plus the V5 projection to 256-d (one 384×256 matmul per text, a "
             "negligible share of the six transformer layers), so the comparison is not tilted "
             "towards ONNX.",
+            f"Threads: {report['machine']['torch_threads']} torch thread and "
+            f"{report['machine']['ort_intra_op_threads']} ONNX Runtime intra-op thread per "
+            "encoder. The 2 cores are shared with other work (see the load averages below); "
+            "there, two spinning threads per library get descheduled at every barrier, which "
+            "made PyTorch's single-text latency jump by an order of magnitude in trials, so one "
+            "thread each is the fair, stable setting. `ort_fp32`'s session already uses "
+            "`ORT_ENABLE_ALL` (also ONNX Runtime's default level): the online optimisation is "
+            "the same for every ONNX variant, and `ort_fp32_fused` adds the offline fusions.",
             "## Speed\n\n" + speed_table(report),
             f"Throughput: {report['data']['throughput_texts']} texts, median of "
             f"{settings['throughput_rounds']} round(s). Latency: {report['data']['latency_texts']} "
