@@ -58,6 +58,7 @@ from index.vectors import prefix_unit
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 K = 10
@@ -371,6 +372,8 @@ def plot(report: dict, path: Path) -> None:
         title=f"Real vs synthetic, N = {check['n']:,}",
     )
     axes[3].legend(fontsize=7)
+    for axis in axes:
+        axis.xaxis.set_minor_formatter(NullFormatter())  # crowded on short log ranges
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
