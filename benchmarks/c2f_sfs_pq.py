@@ -29,7 +29,6 @@ own work (input checks, locking, id mapping). Writes ``c2f_sfs_pq{,_smoke}.{json
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Sequence
@@ -41,20 +40,25 @@ import faiss
 import matplotlib
 import numpy as np
 
+from benchmarks.reporting import (
+    Progress,
+    benchmark_parser,
+    bullet_list,
+    faster,
+    markdown_table,
+    publish,
+    record_end_load,
+    results_name,
+)
 from benchmarks.search_data import GaussianMixture, head_embeddings, split_queries, toy_embeddings
 from benchmarks.search_measure import (
     Case,
     Search,
-    bullet_list,
     exact_neighbours,
-    faster,
     first_reaching,
     machine_header,
-    markdown_table,
     measure,
     recall_at_k,
-    record_end_load,
-    write_results,
 )
 from index import Collection, Hit, HnswParams, PqParams
 from index.fragments import fragment_unit
@@ -64,7 +68,6 @@ from index.vectors import prefix_unit
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 K = 10
 
 
@@ -693,11 +696,7 @@ def plot(report: dict, path: Path) -> None:
 def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path]:
     faiss.omp_set_num_threads(settings.threads)
     header = machine_header(settings.threads)
-    started = time.perf_counter()
-
-    def say(message: str) -> None:
-        if progress:
-            print(f"[{time.perf_counter() - started:7.1f} s] {message}", flush=True)
+    say = Progress(progress)
 
     if smoke:
         embeddings = {"v5": toy_embeddings(2000, settings.dim, settings.seed)}
@@ -740,22 +739,15 @@ def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path
         "data": data,
         "settings": asdict(settings),
         "datasets": datasets,
-        "seconds": time.perf_counter() - started,
+        "seconds": say.elapsed,
     }
-    name = "c2f_sfs_pq_smoke" if smoke else "c2f_sfs_pq"
-    paths = write_results(out, name, report, write_markdown(report))
-    plot(report, out / f"{name}.png")
-    say(f"wrote {out / name}.{{json,md,png}}")
-    return [*paths, out / f"{name}.png"]
+    return publish(out, results_name("c2f_sfs_pq", smoke), report, write_markdown, plot, say)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="toy vectors, tiny N (seconds)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = benchmark_parser(__doc__, "toy vectors, tiny N (seconds)")
     parser.add_argument("--synthetic-n", type=int, help="synthetic base size (0: real set only)")
     parser.add_argument("--threads", type=int, help="FAISS threads (default 1)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args()
     settings = SMOKE if args.smoke else Settings()
     if args.synthetic_n is not None:

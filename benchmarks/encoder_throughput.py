@@ -28,7 +28,6 @@ Writes ``encoder_throughput[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -45,12 +44,17 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from benchmarks.encoder_variants import QUANTISATIONS, fused_variant, quantised_variant
-from benchmarks.search_measure import (
+from benchmarks.reporting import (
+    Progress,
+    benchmark_parser,
     bullet_list,
-    machine_header,
     markdown_table,
+    publish,
     record_end_load,
-    write_results,
+    results_name,
+)
+from benchmarks.search_measure import (
+    machine_header,
 )
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
@@ -61,7 +65,6 @@ from training.evaluation.knn import knn_accuracy_table
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[1] / "runs" / "clinc150-d5" / "bundle"
 TORCH = "st_torch_fp32"
 FP32 = "ort_fp32"
@@ -433,11 +436,7 @@ def run(settings: Settings, bundle_dir: Path, smoke: bool, out: Path, progress: 
         "ort_inter_op_threads": 1,
         "ort_graph_optimization_level": "ORT_ENABLE_ALL (the service's session)",
     }
-    started = time.perf_counter()
-
-    def say(message: str) -> None:
-        if progress:
-            print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
+    say = Progress(progress)
 
     data = load_dataset(
         "clinc150", max_train=settings.knn_train, max_test=settings.knn_test, seed=settings.seed
@@ -483,21 +482,16 @@ def run(settings: Settings, bundle_dir: Path, smoke: bool, out: Path, progress: 
         "quality": scores,
     }
     report["targets"] = targets(report, settings)
-    report["seconds"] = time.perf_counter() - started
-    name = "encoder_throughput_smoke" if smoke else "encoder_throughput"
-    paths = write_results(out, name, report, write_markdown(report))
-    plot(report, out / f"{name}.png")
-    say(f"wrote {out / name}.{{json,md,png}}")
-    return [*paths, out / f"{name}.png"]
+    report["seconds"] = say.elapsed
+    return publish(
+        out, results_name("encoder_throughput", smoke), report, write_markdown, plot, say
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="a few texts (well under a minute)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = benchmark_parser(__doc__, "a few texts (well under a minute)")
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE, help="V5 bundle folder")
     parser.add_argument("--threads", type=int, help="torch and ORT intra-op threads (default 2)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args()
     settings = SMOKE if args.smoke else Settings()
     if args.threads:

@@ -23,7 +23,6 @@ Writes ``index_latency{,_smoke}.{json,md,png}`` to ``--out`` (default ``benchmar
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -33,6 +32,16 @@ import faiss
 import matplotlib
 import numpy as np
 
+from benchmarks.reporting import (
+    Progress,
+    benchmark_parser,
+    bullet_list,
+    faster,
+    markdown_table,
+    publish,
+    record_end_load,
+    results_name,
+)
 from benchmarks.search_data import (
     GaussianMixture,
     head_embeddings,
@@ -43,16 +52,11 @@ from benchmarks.search_data import (
 from benchmarks.search_measure import (
     Case,
     Search,
-    bullet_list,
     exact_neighbours,
-    faster,
     first_reaching,
     machine_header,
-    markdown_table,
     measure,
     recall_at_k,
-    record_end_load,
-    write_results,
 )
 from index.vectors import prefix_unit
 
@@ -60,7 +64,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 K = 10
 FAISS_DEFAULT_HNSW = {"m": 32, "ef_construction": 40, "ef_search": 16}
 
@@ -385,11 +388,7 @@ def plot(report: dict, path: Path) -> None:
 def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path]:
     faiss.omp_set_num_threads(settings.threads)
     header = machine_header(settings.threads)
-    started = time.perf_counter()
-
-    def say(message: str) -> None:
-        if progress:
-            print(f"[{time.perf_counter() - started:7.1f} s] {message}", flush=True)
+    say = Progress(progress)
 
     if smoke:
         vectors = toy_embeddings(4000, max(settings.dims), settings.seed)
@@ -470,22 +469,15 @@ def run(settings: Settings, smoke: bool, out: Path, progress: bool) -> list[Path
             ),
             "rows": check_rows,
         },
-        "seconds": time.perf_counter() - started,
+        "seconds": say.elapsed,
     }
-    name = "index_latency_smoke" if smoke else "index_latency"
-    paths = write_results(out, name, report, write_markdown(report))
-    plot(report, out / f"{name}.png")
-    say(f"wrote {out / name}.{{json,md,png}}")
-    return [*paths, out / f"{name}.png"]
+    return publish(out, results_name("index_latency", smoke), report, write_markdown, plot, say)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="toy vectors, tiny N (seconds)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = benchmark_parser(__doc__, "toy vectors, tiny N (seconds)")
     parser.add_argument("--hnsw-n", type=int, help="HNSW base size (default 100,000)")
     parser.add_argument("--threads", type=int, help="FAISS threads (default 1)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args()
     settings = SMOKE if args.smoke else Settings()
     overrides = {"hnsw_n": args.hnsw_n, "threads": args.threads}

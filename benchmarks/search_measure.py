@@ -1,4 +1,4 @@
-"""Timing, recall and reporting shared by the search benchmarks.
+"""Timing, recall and the machine header shared by the search benchmarks.
 
 Latency is measured round-robin: every round runs each configuration over all queries in turn,
 so a change in the machine's load during the run hits all configurations alike and the ratios
@@ -8,7 +8,6 @@ between them stay fair. Single-query latency times one ``search`` call per query
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -16,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import faiss
 import numpy as np
@@ -134,38 +132,3 @@ def machine_header(threads: int) -> dict:
         "faiss": faiss.__version__,
         "faiss_threads": threads,
     }
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub Markdown table; floats are written as given (format them before)."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def faster(ratio: float) -> str:
-    """A speed-up (reference time / time) in words: ``2.50× faster``, below 1 ``1.25× slower``."""
-    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
-
-
-def bullet_list(header: Mapping) -> str:
-    """A flat dict as a bullet list; nested values are written as JSON."""
-    return "\n".join(
-        f"- {key.replace('_', ' ')}: "
-        + (json.dumps(value) if isinstance(value, dict | list | tuple) else str(value))
-        for key, value in header.items()
-    )
-
-
-def record_end_load(header: dict) -> None:
-    """Add the load average now (the end of the run) to a :func:`machine_header`."""
-    header["load_average_1_5_15_min_at_end"] = [round(x, 2) for x in os.getloadavg()]
-
-
-def write_results(out: Path, name: str, payload: dict, markdown: str) -> list[Path]:
-    """``out/name.json`` and ``out/name.md``."""
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
-    json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(markdown + "\n", encoding="utf-8")
-    return [json_path, md_path]

@@ -1,7 +1,7 @@
 """Issue 3's quality targets, measured through the live service over real HTTP.
 
-    python benchmarks/service_quality.py --bundle runs/clinc150/bundle
-    python benchmarks/service_quality.py --smoke --out /tmp/sq     # tiny, for CI
+    python -m benchmarks.service_quality --bundle runs/clinc150/bundle
+    python -m benchmarks.service_quality --bundle B --smoke --out /tmp/sq  # tiny
 
 Starts ``python -m service`` on 127.0.0.1 (a free port, a fresh index folder), ingests the
 CLINC-150 training utterances as documents (metadata: domain, intent), then sends CLINC-150 test
@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,43 +33,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks.live_service import live_service
+from benchmarks.reporting import RESULTS
 from training.data.registry import load_dataset
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BATCH = 128
 K = 10
 C2F_FACTORS = (4, 10, 25, 50)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_service(bundle: Path, index_dir: Path, port: int, c2f_factor: int) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        FRACTAL_C2F_FACTOR=str(c2f_factor),
-        FRACTAL_BUNDLE_DIR=str(bundle),
-        FRACTAL_INDEX_DIR=str(index_dir),
-        FRACTAL_PORT=str(port),
-        FRACTAL_INDEX_KINDS="exact,hnsw",
-        FRACTAL_LOG_LEVEL="warning",
-    )
-    process = subprocess.Popen([sys.executable, "-m", "service"], env=env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the service exited with status {process.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise SystemExit("the service did not become ready within 120 s")
+SERVICE = {"index_kinds": "exact,hnsw"}
 
 
 def search(client: httpx.Client, queries: list[str], **options) -> list[dict]:
@@ -106,54 +74,50 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int, mixed_size: in
     data = load_dataset("clinc150", max_train=max_docs, max_test=max_queries)
     domains, intents = data.hierarchy.label_names
     docs = data.train
-    with tempfile.TemporaryDirectory() as index_dir:
-        port = free_port()
-        process = start_service(bundle, Path(index_dir), port, C2F_FACTORS[0])
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
-                started = time.perf_counter()
-                for start in range(0, len(docs), BATCH):
-                    batch = [
-                        {
-                            "id": f"train-{i}",
-                            "text": docs.texts[i],
-                            "metadata": {
-                                "domain": domains[docs.labels[i, 0]],
-                                "intent": intents[docs.labels[i, 1]],
-                            },
-                        }
-                        for i in range(start, min(start + BATCH, len(docs)))
-                    ]
-                    client.post("/documents", json={"documents": batch}).raise_for_status()
-                ingest_seconds = time.perf_counter() - started
-                queries = list(data.test.texts)
-                query_domains = [domains[d] for d in data.test.labels[:, 0]]
-                coarse = search(client, queries, granularity="coarse", index="exact")
-                exact = search(client, queries, granularity="fine", index="exact")
-                c2f = {
-                    C2F_FACTORS[0]: search(
-                        client, queries, granularity="fine", index="exact", rerank="c2f"
-                    )
-                }
-                hnsw = search(client, queries, granularity="fine", index="hnsw")
-                fine_q, coarse_q = mixed_workload(data.test.texts, data.test.labels, mixed_size, 7)
-                auto_fine = search(client, fine_q, granularity="auto", index="exact")
-                auto_coarse = search(client, coarse_q, granularity="auto", index="exact")
-                info = client.get("/info").json()
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    with tempfile.TemporaryDirectory() as work:
+        index_dir, log = Path(work) / "index", Path(work) / "service.log"
+        with (
+            live_service(bundle, index_dir, log, c2f_factor=C2F_FACTORS[0], **SERVICE) as url,
+            httpx.Client(base_url=url, timeout=300) as client,
+        ):
+            started = time.perf_counter()
+            for start in range(0, len(docs), BATCH):
+                batch = [
+                    {
+                        "id": f"train-{i}",
+                        "text": docs.texts[i],
+                        "metadata": {
+                            "domain": domains[docs.labels[i, 0]],
+                            "intent": intents[docs.labels[i, 1]],
+                        },
+                    }
+                    for i in range(start, min(start + BATCH, len(docs)))
+                ]
+                client.post("/documents", json={"documents": batch}).raise_for_status()
+            ingest_seconds = time.perf_counter() - started
+            queries = list(data.test.texts)
+            query_domains = [domains[d] for d in data.test.labels[:, 0]]
+            coarse = search(client, queries, granularity="coarse", index="exact")
+            exact = search(client, queries, granularity="fine", index="exact")
+            c2f = {
+                C2F_FACTORS[0]: search(
+                    client, queries, granularity="fine", index="exact", rerank="c2f"
+                )
+            }
+            hnsw = search(client, queries, granularity="fine", index="hnsw")
+            fine_q, coarse_q = mixed_workload(data.test.texts, data.test.labels, mixed_size, 7)
+            auto_fine = search(client, fine_q, granularity="auto", index="exact")
+            auto_coarse = search(client, coarse_q, granularity="auto", index="exact")
+            info = client.get("/info").json()
         for factor in C2F_FACTORS[1:]:
             # Same index folder: the restarted service serves what was acknowledged before.
-            process = start_service(bundle, Path(index_dir), port, factor)
-            try:
-                with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
-                    c2f[factor] = search(
-                        client, queries, granularity="fine", index="exact", rerank="c2f"
-                    )
-            finally:
-                process.terminate()
-                process.wait(timeout=60)
+            with (
+                live_service(bundle, index_dir, log, c2f_factor=factor, **SERVICE) as url,
+                httpx.Client(base_url=url, timeout=300) as client,
+            ):
+                c2f[factor] = search(
+                    client, queries, granularity="fine", index="exact", rerank="c2f"
+                )
 
     def ids(result: dict) -> set[str]:
         return {hit["id"] for hit in result["hits"]}
@@ -256,7 +220,7 @@ def main() -> None:
         )
     sizes = (600, 100, 50) if args.smoke else (None, 2000, 500)
     record = measure(args.bundle, *sizes)
-    record["command"] = "python benchmarks/service_quality.py " + " ".join(sys.argv[1:])
+    record["command"] = "python -m benchmarks.service_quality " + " ".join(sys.argv[1:])
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
     (args.out / f"service_quality{suffix}.json").write_text(json.dumps(record, indent=2))

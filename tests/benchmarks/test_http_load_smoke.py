@@ -1,0 +1,53 @@
+"""The HTTP load test: its corpus, and a smoke run against the real service (no timings)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks import http_load
+from benchmarks.http_load import SMOKE, WORKLOADS, corpus
+from tests.service.bundles import v5_bundle
+
+
+def test_corpus_is_topped_up_with_distinct_composed_documents_and_holds_queries_out() -> None:
+    texts, sources, queries, description = corpus(replace(SMOKE, documents=60_000, queries=300))
+    assert len(texts) == len(sources) == 60_000 and len(queries) == 300
+    assert len(set(texts)) == len(texts), "every document is distinct"
+    assert not set(queries) & set(texts), "queries are held out of the corpus"
+    real, composed = description["real_sentences"], description["composed_documents"]
+    assert real + composed == 60_000 and composed > 0  # the data folder has fewer sentences
+    assert sources[real:] == ["composed"] * composed
+    assert "composed" not in sources[:real]
+    assert all(" " in text for text in texts[real:])
+
+
+def test_corpus_rejects_more_queries_than_there_are_test_utterances() -> None:
+    with pytest.raises(SystemExit, match="at most"):
+        corpus(replace(SMOKE, queries=10**6))
+
+
+def test_http_load_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    settings = replace(SMOKE, documents=200)
+    paths = http_load.run(settings, v5_bundle(tmp_path_factory), True, tmp_path, False)
+    assert sorted(path.name for path in paths) == [
+        f"http_load_smoke.{suffix}" for suffix in ("json", "md", "png")
+    ]
+    report = json.loads((tmp_path / "http_load_smoke.json").read_text(encoding="utf-8"))
+
+    assert report["corpus"]["documents"] == 200
+    assert report["service"]["bundle_objective"] == "v5"
+    assert {index["vectors"] for index in report["service"]["indexes"]} == {200}
+    cells = {(row["workload"], row["concurrency"]) for row in report["rows"]}
+    assert cells == {(w.name, c) for w in WORKLOADS for c in settings.concurrency}
+    for row in report["rows"]:
+        assert row["failed"] == 0 and row["ok"] == row["requests"] > 0, row
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+        assert ("server_median_ms" in row) == (row["workload"] != "embed")
+    assert set(report["recall_at_10"]) == {"coarse", "fine", "c2f"}
+    assert all(0.0 <= value <= 1.0 for value in report["recall_at_10"].values())
+    markdown = (tmp_path / "http_load_smoke.md").read_text(encoding="utf-8")
+    assert "## Targets" in markdown and "## Coarse versus fine through the live service" in markdown
