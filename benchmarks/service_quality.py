@@ -24,7 +24,6 @@ Writes ``service_quality[_TAG][_smoke].{json,md}`` under ``--out`` (default ``be
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ import httpx
 import numpy as np
 
 from benchmarks.live_service import live_service
-from benchmarks.reporting import RESULTS
+from benchmarks.reporting import RESULTS, results_name, write_results
 from training.data.registry import load_dataset
 
 BATCH = 128
@@ -221,10 +220,8 @@ def main() -> None:
     sizes = (600, 100, 50) if args.smoke else (None, 2000, 500)
     record = measure(args.bundle, *sizes)
     record["command"] = "python -m benchmarks.service_quality " + " ".join(sys.argv[1:])
-    args.out.mkdir(parents=True, exist_ok=True)
-    suffix = (f"_{args.tag}" if args.tag else "") + ("_smoke" if args.smoke else "")
-    (args.out / f"service_quality{suffix}.json").write_text(json.dumps(record, indent=2))
-    (args.out / f"service_quality{suffix}.md").write_text(markdown(record, args.smoke))
+    name = results_name("service_quality" + (f"_{args.tag}" if args.tag else ""), args.smoke)
+    write_results(args.out, name, record, markdown(record, args.smoke))
     print(markdown(record, args.smoke))
 
 
