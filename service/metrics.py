@@ -91,6 +91,24 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.cache_lookups = Counter(
+            "fractal_cache_lookups",
+            "Texts looked up in the embedding cache: hit, miss, or error (Redis failed or is "
+            "being waited out after a failure).",
+            ["result"],
+            registry=registry,
+        )
+        self.cache_errors = Counter(
+            "fractal_cache_errors",
+            "Failed Redis calls of the embedding cache, by operation (get, set).",
+            ["operation"],
+            registry=registry,
+        )
+        self.encoder_calls_skipped = Counter(
+            "fractal_encoder_calls_skipped",
+            "Embedding requests answered wholly from the cache, without queueing any text.",
+            registry=registry,
+        )
 
 
 def label_request(
