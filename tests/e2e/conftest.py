@@ -74,8 +74,8 @@ def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str)
         FRACTAL_LOG_LEVEL="warning",
         FRACTAL_SNAPSHOT_INTERVAL_S="0",
         FRACTAL_ENCODER_THREADS="1",
-        **{f"FRACTAL_{name.upper()}": value for name, value in variables.items()},
     )
+    env.update({f"FRACTAL_{name.upper()}": value for name, value in variables.items()})
     with log.open("ab") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=output, stderr=output
