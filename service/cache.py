@@ -25,16 +25,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from service.metrics import Metrics
+from service.metrics import CACHE_ERROR, CACHE_GET, CACHE_HIT, CACHE_MISS, CACHE_SET, Metrics
 
 logger = logging.getLogger("service")
 
 KEY_PREFIX = "fractal:emb"
 TOKENS_DTYPE = np.dtype("<i4")
 VECTOR_DTYPE = np.dtype("<f4")
-MISS = "miss"
-HIT = "hit"
-ERROR = "error"
 
 
 class EmbeddingCache:
@@ -115,21 +112,21 @@ class EmbeddingCache:
         found: list[tuple[np.ndarray, int] | None] = [None] * len(texts)
         lookups = self._metrics.cache_lookups
         if not self._available():
-            lookups.labels(result=ERROR).inc(len(texts))
+            lookups.labels(result=CACHE_ERROR).inc(len(texts))
             return found
         assert self._client is not None
         try:
             values = await self._client.mget([self.key(text) for text in texts])
         except (RedisError, OSError) as exc:
-            self._failed("get", exc)
-            lookups.labels(result=ERROR).inc(len(texts))
+            self._failed(CACHE_GET, exc)
+            lookups.labels(result=CACHE_ERROR).inc(len(texts))
             return found
         self._succeeded()
         for position, value in enumerate(values):
             found[position] = None if value is None else self._decode(value)
         hits = sum(entry is not None for entry in found)
-        lookups.labels(result=HIT).inc(hits)
-        lookups.labels(result=MISS).inc(len(texts) - hits)
+        lookups.labels(result=CACHE_HIT).inc(hits)
+        lookups.labels(result=CACHE_MISS).inc(len(texts) - hits)
         return found
 
     async def put_many(self, texts: Sequence[str], vectors: np.ndarray, tokens: np.ndarray) -> None:
@@ -143,6 +140,6 @@ class EmbeddingCache:
                     pipe.set(self.key(text), self._encode(vector, int(count)), ex=self.ttl_s)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self._failed("set", exc)
+            self._failed(CACHE_SET, exc)
             return
         self._succeeded()
