@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from redis.connection import parse_url
 
 from index import HnswParams, PqParams
 
@@ -72,6 +73,20 @@ class Settings(BaseSettings):
     def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _redis_url(cls, value: object) -> object:
+        """Empty means no cache; anything else must be a URL redis-py can use (the message
+        never repeats the URL, which may hold a password)."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            if not value.strip():
+                return None
+            parse_url(value.strip())
+            return value.strip()
         return value
 
     @field_validator("api_keys")

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from service.cache import KEY_PREFIX
-from service.settings import Settings
+from service.settings import Settings, describe_settings_error
 from tests.real_servers import RedisServer, free_port, wait_until
 from tests.service.conftest import metric, metric_samples, serve
 
@@ -126,3 +127,13 @@ def test_a_value_of_the_wrong_size_is_a_miss(
         samples = metric_samples(client)
     assert metric(samples, LOOKUPS, result="miss") == 2
     assert metric(samples, "fractal_encode_batch_size_sum") == 2
+
+
+def test_redis_url_is_checked_without_showing_it(identity_bundle_dir: Path) -> None:
+    assert Settings(bundle_dir=identity_bundle_dir, redis_url="").redis_url is None
+    for bad in ("http://:hunter2-password@cache:6379/0", "redis://:hunter2-password@cache:x/0"):
+        with pytest.raises(ValidationError) as error:
+            Settings(bundle_dir=identity_bundle_dir, redis_url=bad)
+        message = describe_settings_error(error.value)
+        assert message.startswith("invalid settings: FRACTAL_REDIS_URL: ")
+        assert "hunter2" not in message
