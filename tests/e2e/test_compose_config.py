@@ -3,6 +3,7 @@ to check it), and every file it mounts or builds from is in the repository."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -50,3 +51,23 @@ def test_compose_file_is_valid_and_complete() -> None:
             if source.startswith("/") and target not in MOUNTED_ELSEWHERE:
                 assert Path(source).exists(), f"{source} (mounted at {target}) is missing"
     assert services["fractal"]["environment"]["FRACTAL_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_grafana_provisioning_matches_the_dashboard() -> None:
+    """The dashboard's panels use the provisioned data source, and the dashboards provider
+    reads the folder compose mounts the dashboard into."""
+    grafana = ROOT / "docker" / "grafana"
+    (source,) = yaml.safe_load(
+        (grafana / "provisioning" / "datasources" / "prometheus.yml").read_text(encoding="utf-8")
+    )["datasources"]
+    (provider,) = yaml.safe_load(
+        (grafana / "provisioning" / "dashboards" / "fractal.yml").read_text(encoding="utf-8")
+    )["providers"]
+    dashboard = json.loads((grafana / "dashboards" / "fractal.json").read_text(encoding="utf-8"))
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    assert panels
+    for panel in panels:
+        assert panel["datasource"]["uid"] == source["uid"], panel["title"]
+        assert all(target["datasource"]["uid"] == source["uid"] for target in panel["targets"])
+    mounts = dict(_mount(volume) for volume in _config()["services"]["grafana"]["volumes"])
+    assert mounts[str(grafana / "dashboards")] == provider["options"]["path"]
