@@ -19,6 +19,7 @@ from service.errors import install_error_handlers
 from service.metrics import Metrics
 from service.routes import documents, embed, openai_compat, search, system
 from service.runtime import Runtime
+from service.security import SecurityMiddleware, document_security
 from service.settings import Settings
 
 TITLE = "Fractal"
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = runtime or Runtime.load(settings or Settings(), metrics)
         loaded.start()
+        app.state.settings = loaded.settings
         app.state.runtime = loaded
         try:
             yield
@@ -49,6 +51,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     app = FastAPI(title=TITLE, version=VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.runtime = None
+    app.state.settings = settings or (runtime.settings if runtime is not None else None)
     app.state.metrics = metrics
     install_error_handlers(app)
     for module in (embed, openai_compat, documents, search, system):
@@ -75,4 +78,6 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 status=str(status),
             ).observe(time.perf_counter() - started)
 
+    app.add_middleware(SecurityMiddleware)
+    app.openapi = document_security(app)  # type: ignore[method-assign]
     return app

@@ -27,6 +27,8 @@ LATENCY_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REQUEST_LABELS = ("endpoint", "granularity", "dimension", "index")
+CACHE_HIT, CACHE_MISS, CACHE_ERROR = "hit", "miss", "error"
+CACHE_GET, CACHE_SET = "get", "set"
 
 
 class Metrics:
@@ -89,6 +91,28 @@ class Metrics:
             "fractal_errors",
             "Error answers, by error type.",
             ["kind"],
+            registry=registry,
+        )
+        self.cache_lookups = Counter(
+            "fractal_cache_lookups",
+            "Texts looked up in the embedding cache: hit, miss, or error (Redis failed or is "
+            "being waited out after a failure).",
+            ["result"],
+            registry=registry,
+        )
+        self.cache_errors = Counter(
+            "fractal_cache_errors",
+            "Failed Redis calls of the embedding cache, by operation (get, set).",
+            ["operation"],
+            registry=registry,
+        )
+        for result in (CACHE_HIT, CACHE_MISS, CACHE_ERROR):  # exported from the start, as 0
+            self.cache_lookups.labels(result=result)
+        for operation in (CACHE_GET, CACHE_SET):
+            self.cache_errors.labels(operation=operation)
+        self.encoder_calls_skipped = Counter(
+            "fractal_encoder_calls_skipped",
+            "Embedding requests answered wholly from the cache, without queueing any text.",
             registry=registry,
         )
 

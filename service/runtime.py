@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import faiss
+import numpy as np
 from fastapi import Depends, Request
 
 from bundle import BundleError, Manifest, load_bundle
 from index import Collection, Document
 from service.batching import MicroBatcher
+from service.cache import EmbeddingCache
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady, StartupError
 from service.limits import check_document_id, check_texts
@@ -120,6 +122,19 @@ class Runtime:
             max_depth=settings.queue_depth,
         )
         self.searcher = Searcher(collection, manifest, router, settings, metrics)
+        self.cache = (
+            None
+            if settings.redis_url is None
+            else EmbeddingCache(
+                settings.redis_url.get_secret_value(),
+                manifest.content_hash,
+                manifest.dim,
+                ttl_s=settings.cache_ttl_s,
+                timeout_s=settings.redis_timeout_ms / 1000,
+                retry_s=settings.redis_retry_s,
+                metrics=metrics,
+            )
+        )
         self._unsnapshotted_writes = False
         self._snapshot_lock = threading.Lock()
         self._snapshot_task: asyncio.Task | None = None
@@ -153,8 +168,11 @@ class Runtime:
         return self.batcher.running and not self._stopping
 
     def start(self) -> None:
-        """Start the encoder queue and the periodic snapshots (on the running event loop)."""
+        """Start the encoder queue, the cache client and the periodic snapshots (on the running
+        event loop)."""
         self.batcher.start()
+        if self.cache is not None:
+            self.cache.connect()
         if self.settings.snapshot_interval_s > 0:
             self._snapshot_task = asyncio.get_running_loop().create_task(self._snapshot_loop())
         self.refresh_gauges()
@@ -169,6 +187,8 @@ class Runtime:
             except asyncio.CancelledError:
                 pass
         await self.batcher.stop()
+        if self.cache is not None:
+            await self.cache.close()
         await asyncio.to_thread(self._snapshot_if_changed)
         self.collection.close()
 
@@ -200,10 +220,26 @@ class Runtime:
     async def embed(
         self, texts: Sequence[str], param: str, item_params: Sequence[str] | None = None
     ) -> Encoded:
-        """Full embeddings of ``texts`` through the queue, after the input checks (see
-        :func:`service.limits.check_texts` for ``param`` and ``item_params``)."""
+        """Full embeddings of ``texts``, from the cache or through the queue, after the input
+        checks (see :func:`service.limits.check_texts` for ``param`` and ``item_params``)."""
         check_texts(texts, self.settings.max_texts, self.settings.max_chars, param, item_params)
-        return await self.batcher.embed(texts)
+        if self.cache is None:
+            return await self.batcher.embed(texts)
+        cached = await self.cache.get_many(texts)
+        missing = [position for position, entry in enumerate(cached) if entry is None]
+        if not missing:
+            self.metrics.encoder_calls_skipped.inc()
+        else:
+            missing_texts = [texts[position] for position in missing]
+            encoded = await self.batcher.embed(missing_texts)
+            await self.cache.put_many(missing_texts, encoded.vectors, encoded.tokens)
+            for row, position in enumerate(missing):
+                cached[position] = (encoded.vectors[row], int(encoded.tokens[row]))
+        entries = [entry for entry in cached if entry is not None]
+        return Encoded(
+            np.stack([vector for vector, _ in entries]),
+            np.array([tokens for _, tokens in entries], dtype=np.int64),
+        )
 
     async def add_documents(
         self,

@@ -10,13 +10,15 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from redis.connection import parse_url
 
 from index import HnswParams, PqParams
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
+MIN_API_KEY_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -55,12 +57,44 @@ class Settings(BaseSettings):
     auto_coarse_threshold: float = Field(0.5, ge=0, le=1)
     snapshot_interval_s: float = Field(300.0, ge=0, description="0 = snapshot only at shutdown")
 
-    @field_validator("index_kinds", mode="before")
+    redis_url: SecretStr | None = Field(None, description="query embedding cache; unset = none")
+    cache_ttl_s: int = Field(86400, ge=1, description="lifetime of a cached embedding")
+    redis_timeout_ms: float = Field(100.0, gt=0, description="connect and command timeout")
+    redis_retry_s: float = Field(1.0, ge=0, description="pause after a Redis failure")
+
+    api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    public_health: bool = Field(True, description="/health and /ready answer without a key")
+    public_metrics: bool = Field(True, description="/metrics answers without a key")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="request body size limit")
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("index_kinds", "api_keys", "cors_origins", mode="before")
     @classmethod
-    def _split_kinds(cls, value: object) -> object:
+    def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _redis_url(cls, value: object) -> object:
+        """Empty means no cache; anything else must be a URL redis-py can use (the message
+        never repeats the URL, which may hold a password)."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            if not value.strip():
+                return None
+            parse_url(value.strip())
+            return value.strip()
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _long_keys(cls, keys: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        if any(len(key.get_secret_value()) < MIN_API_KEY_CHARS for key in keys):
+            raise ValueError(f"every API key must have at least {MIN_API_KEY_CHARS} characters")
+        return keys
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:

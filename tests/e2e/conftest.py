@@ -63,7 +63,8 @@ class Server:
 
 
 def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str) -> Server:
-    """Start ``python -m service`` and wait until ``/ready`` answers 200."""
+    """Start ``python -m service`` and wait until ``/ready`` answers 200 (asked with the first
+    of the ``api_keys``, if any)."""
     port = _free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
     env.update(
@@ -74,19 +75,21 @@ def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str)
         FRACTAL_LOG_LEVEL="warning",
         FRACTAL_SNAPSHOT_INTERVAL_S="0",
         FRACTAL_ENCODER_THREADS="1",
-        **{f"FRACTAL_{name.upper()}": value for name, value in variables.items()},
     )
+    env.update({f"FRACTAL_{name.upper()}": value for name, value in variables.items()})
     with log.open("ab") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=output, stderr=output
         )
     server = Server(process, f"http://127.0.0.1:{port}", log)
+    keys = variables.get("api_keys", "").split(",")
+    probe = {"Authorization": f"Bearer {keys[0].strip()}"} if keys[0] else {}
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"the service exited ({process.returncode}): {log.read_text()}")
         try:
-            if httpx.get(f"{server.base_url}/ready", timeout=5.0).status_code == 200:
+            if httpx.get(f"{server.base_url}/ready", headers=probe, timeout=5.0).status_code == 200:
                 return server
         except httpx.TransportError:
             pass

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import faiss
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
 from service.runtime import Runtime
@@ -76,3 +78,19 @@ def add_documents(client: TestClient, texts: list[str], batch: int = 100) -> lis
         assert response.status_code == 200, response.text
         ids += response.json()["ids"]
     return ids
+
+
+def metric_samples(client: TestClient | httpx.Client) -> dict[tuple[str, frozenset], float]:
+    """Every sample the service's ``/metrics`` exports, keyed by name and labels."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def metric(samples: dict[tuple[str, frozenset], float], name: str, **labels: str) -> float:
+    """One sample's value (0 when the service has not exported it yet)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)

@@ -1,0 +1,45 @@
+"""``python -m service.healthcheck``: exit 0 when this container's service answers ``/health``.
+
+The Docker ``HEALTHCHECK``: reads the same ``FRACTAL_*`` settings as the service, asks
+``127.0.0.1:FRACTAL_PORT/health`` (with the first API key when ``/health`` is not public) and
+exits 1, with one line on stderr, on any other answer or none within the timeout.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.error
+import urllib.request
+
+from pydantic import ValidationError
+
+from service.settings import Settings, describe_settings_error
+
+TIMEOUT_S = 4.0
+
+
+def main() -> int:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"unhealthy: {describe_settings_error(exc)}", file=sys.stderr)
+        return 1
+    request = urllib.request.Request(f"http://127.0.0.1:{settings.port}/health")
+    if settings.api_keys and not settings.public_health:
+        request.add_header("Authorization", f"Bearer {settings.api_keys[0].get_secret_value()}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except OSError as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"unhealthy: /health answered {status}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Who may call the service and how much they may send: API keys, body size limit and CORS.
+
+One ASGI middleware, in front of every route, applies in order:
+
+1. **CORS** (Starlette's ``CORSMiddleware``) with the ``FRACTAL_CORS_ORIGINS`` allow-list, so a
+   browser's preflight is answered without a key and a 401 still carries the CORS headers;
+2. **API keys**: when ``FRACTAL_API_KEYS`` lists any, every request needs
+   ``Authorization: Bearer <key>`` (401 otherwise), except ``/health`` and ``/ready`` while
+   ``FRACTAL_PUBLIC_HEALTH`` is true and ``/metrics`` while ``FRACTAL_PUBLIC_METRICS`` is true.
+   Keys are compared as SHA-256 digests with :func:`hmac.compare_digest`, against every key
+   each time, so the time taken says nothing about how much of a key was right;
+3. **body size**: a body over ``FRACTAL_MAX_BODY_BYTES`` is refused with 413 as soon as its
+   ``Content-Length`` or the bytes received so far exceed the limit, before any parsing.
+
+Keys are ``SecretStr`` in the settings and appear in no log and no answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import error_response
+from service.settings import Settings
+
+HEALTH_PATHS = frozenset({"/health", "/ready"})
+METRICS_PATHS = frozenset({"/metrics"})
+CORS_METHODS = ("GET", "POST", "DELETE")
+CORS_HEADERS = ("authorization", "content-type")
+SCHEME = "apiKey"
+UNAUTHORIZED = "missing or invalid API key: send the header 'Authorization: Bearer <key>'"
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of an ``Authorization: Bearer …`` header, if the request has one."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+class _Guard:
+    """Steps 2 and 3 of the module docstring, for one settings object."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.max_body_bytes = settings.max_body_bytes
+        self.key_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
+        self.public_paths = (HEALTH_PATHS if settings.public_health else frozenset()) | (
+            METRICS_PATHS if settings.public_metrics else frozenset()
+        )
+
+    def authorized(self, scope: Scope) -> bool:
+        if not self.key_digests or scope["path"] in self.public_paths:
+            return True
+        token = bearer_token(scope)
+        if token is None:
+            return False
+        presented = _digest(token)
+        matched = False
+        for digest in self.key_digests:
+            matched |= hmac.compare_digest(presented, digest)
+        return matched
+
+    def _too_large(self, size: int) -> str | None:
+        if size <= self.max_body_bytes:
+            return None
+        return f"the request body is larger than the limit of {self.max_body_bytes} bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        if not self.authorized(scope):
+            headers = {"WWW-Authenticate": "Bearer"}
+            await error_response(request, 401, "unauthorized", UNAUTHORIZED, headers=headers)(
+                scope, receive, send
+            )
+            return
+        declared = request.headers.get("content-length", "")
+        problem = self._too_large(int(declared)) if declared.isdigit() else None
+        chunks: list[bytes] = []
+        size = 0
+        while problem is None:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            problem = self._too_large(size)
+            if not message.get("more_body", False):
+                break
+        if problem is not None:
+            await error_response(request, 413, "payload_too_large", problem)(scope, receive, send)
+            return
+        body: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
+
+        async def replay() -> Message:
+            return body.pop() if body else await receive()
+
+        await self.app(scope, replay, send)
+
+
+class SecurityMiddleware:
+    """The checks of the module docstring, with the settings the app was started with.
+
+    The settings are read from ``app.state.settings`` on each request (the app may load them
+    only when it starts); until there are some, every request gets 503.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._settings: Settings | None = None
+        self._stack: ASGIApp = app
+
+    def _stack_for(self, settings: Settings) -> ASGIApp:
+        if settings is not self._settings:
+            self._stack = CORSMiddleware(
+                _Guard(self.app, settings),
+                allow_origins=settings.cors_origins,
+                allow_methods=CORS_METHODS,
+                allow_headers=CORS_HEADERS,
+            )
+            self._settings = settings
+        return self._stack
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        settings: Settings | None = scope["app"].state.settings
+        if settings is None:
+            message = "the service is not ready: its settings are not loaded"
+            response = error_response(Request(scope), 503, "not_ready", message)
+            await response(scope, receive, send)
+            return
+        await self._stack_for(settings)(scope, receive, send)
+
+
+def _error(description: str) -> dict[str, Any]:
+    schema = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def document_security(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """``app.openapi`` with the bearer scheme, and the 401 (and, with a body, 413) answers of
+    every operation added."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        schema["components"]["securitySchemes"] = {
+            SCHEME: {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "One of FRACTAL_API_KEYS, when any are set. /health and /ready "
+                "(FRACTAL_PUBLIC_HEALTH) and /metrics (FRACTAL_PUBLIC_METRICS) are open by "
+                "default.",
+            }
+        }
+        schema["security"] = [{SCHEME: []}]
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                responses = operation["responses"]
+                responses["401"] = _error("missing or invalid API key (FRACTAL_API_KEYS)")
+                if "requestBody" in operation:
+                    responses["413"] = _error("the body is over FRACTAL_MAX_BODY_BYTES")
+        return schema
+
+    return openapi
