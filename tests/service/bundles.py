@@ -74,8 +74,10 @@ def _build_v5(out: Path) -> None:
     )
 
 
+@cache
 def small_mshc():
-    """A quickly trained MSHC model on the V5 bundle's rows, its 96-d PQ and the data."""
+    """A quickly trained MSHC model on the V5 bundle's rows, its 96-d PQ and the data (the same
+    objects for every caller, so that a test can compare the exported bundle with them)."""
     from training.objectives.mshc.pipeline import MSHCConfig, train_mshc
     from training.objectives.mshc.pq import ProductQuantizer
     from training.pipeline import DataConfig, prepare_data
