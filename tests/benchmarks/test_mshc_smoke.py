@@ -27,7 +27,8 @@ def test_mshc_smoke_run(tmp_path: Path) -> None:
         assert -1.0 <= row["rho"] <= 1.0 and 0.0 <= row["knn"] <= 1.0 and 0.0 <= row["mrr"] <= 1.0
 
     variants = {row["name"]: row for row in report["vq_variants"]}
-    assert set(variants) == {"vq", "rvq", "fsq"}
+    assert set(variants) == {"vq", "rvq", "rvq-16", "fsq", "fsq-96x7"}
+    assert variants["rvq-16"]["bytes_per_vector"] == 16
     assert variants["rvq"]["bytes_per_vector"] == mshc.SMOKE_CONFIG.rvq_stages
     assert 0.0 < variants["vq"]["used"] <= 1.0
 

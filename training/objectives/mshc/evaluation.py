@@ -46,6 +46,14 @@ from training.pipeline import PreparedData
 
 FLOAT_BYTES = 4
 SHORTLISTS = (50, 100)
+# The VQ stage's alternatives: (name, quantizer, config overrides).
+VQ_VARIANTS = (
+    ("vq", "vq", {}),
+    ("rvq", "rvq", {}),
+    ("rvq-16", "rvq", {"rvq_stages": 16}),
+    ("fsq", "fsq", {}),
+    ("fsq-96x7", "fsq", {"fsq_latent_dim": 96, "fsq_levels": 7}),
+)
 
 
 class Scorer:
@@ -160,10 +168,12 @@ def evaluate_mshc(
     mrl_train, mrl_test = train_out["mrl"], test_out["mrl"]
     mrl_rho = cumulative[2]["rho"]
     variants = []
-    for name in ("vq", "rvq", "fsq"):
+    for name, kind, overrides in VQ_VARIANTS:
         quantizer = (
             model.quantizer if name == config.quantizer
-            else train_quantizer(torch.from_numpy(mrl_train), replace(config, quantizer=name))
+            else train_quantizer(
+                torch.from_numpy(mrl_train), replace(config, quantizer=kind, **overrides)
+            )
         )
         q_train = quantizer.quantize(torch.from_numpy(mrl_train)).numpy()
         q_test = quantizer.quantize(torch.from_numpy(mrl_test)).numpy()

@@ -167,10 +167,7 @@ def train_quantizer(
 ) -> Quantizer:
     """Stage 2 with ``config.quantizer``: the paper's VQ, residual VQ or FSQ."""
     if config.quantizer == "rvq":
-        return train_residual_vq(
-            x, num_stages=config.rvq_stages, epochs=config.vq_epochs, seed=config.seed,
-            progress=progress,
-        )
+        return train_residual_vq(x, num_stages=config.rvq_stages, seed=config.seed)
     if config.quantizer == "fsq":
         return train_fsq(
             x, latent_dim=config.fsq_latent_dim, levels=config.fsq_levels, seed=config.seed,

@@ -1,8 +1,14 @@
 """Residual VQ: the first alternative the MSHC paper names for its VQ bottleneck (§5.3).
 
-``S`` codebooks of K = 256, each a :class:`SoftToHardVQ` trained (Eqs. 3–5, same schedule) on what
-the previous stages left over: ``r_0 = x``, ``r_s = r_{s−1} − C_s[i_s*]``; the reconstruction is
-``Σ_s C_s[i_s*]``. One byte per stage, so ``S = 8`` costs the same 8 bytes as the PQ stage.
+``S`` codebooks of K = 256 applied to successive residuals: ``r_0 = x``,
+``r_s = r_{s−1} − C_s[i_s*]``; the reconstruction is ``Σ_s C_s[i_s*]``. One byte per stage, so
+``S = 8`` costs the same 8 bytes as the PQ stage.
+
+Each stage is a plain k-means codebook (FAISS), trained greedily on the residual the earlier
+stages leave. We tried the paper's soft-to-hard schedule (Eqs. 3–5) per stage as well, with the
+temperature scaled to the shrinking residuals: on CLINC-150 it made the codebooks worse (8
+stages kept ρ = 0.69 of the input's pairwise-distance order, against 0.87 with k-means alone),
+because the early, almost uniform soft assignments pull every codeword towards the mean.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from training.objectives.mshc.vq import PAPER_CODEBOOK_SIZE, PAPER_EPOCHS, SoftToHardVQ, train_vq
+from training.objectives.mshc.vq import PAPER_CODEBOOK_SIZE, SoftToHardVQ
 
 
 class ResidualVQ(nn.Module):
@@ -44,18 +50,13 @@ class ResidualVQ(nn.Module):
 
 
 def train_residual_vq(
-    x: torch.Tensor,
-    *,
-    num_stages: int = 8,
-    size: int = PAPER_CODEBOOK_SIZE,
-    epochs: int = PAPER_EPOCHS,
-    seed: int = 42,
-    progress: bool = False,
+    x: torch.Tensor, *, num_stages: int = 8, size: int = PAPER_CODEBOOK_SIZE, seed: int = 42
 ) -> ResidualVQ:
-    """Train the stages greedily, each on the residual the earlier ones leave."""
+    """Train the stages greedily, each a k-means codebook of the residual the earlier ones
+    leave."""
     stages, residual = [], x
     for s in range(num_stages):
-        stage = train_vq(residual, size=size, epochs=epochs, seed=seed + s, progress=progress)
+        stage = SoftToHardVQ.from_kmeans(residual, size, seed + s)
         residual = residual - stage.quantize(residual)
         stages.append(stage)
     return ResidualVQ(stages).eval()

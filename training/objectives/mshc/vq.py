@@ -8,11 +8,14 @@ Where the paper is vague (how the temperature enters Eq. 5) we choose: the first
 (reconstruction) term uses the *soft* quantised vector ``q = Σ_k p(k | x) c_k``, which is how every
 codeword gets a gradient early on and turns into ``C[i*]`` as τ → 0; the codebook and commitment
 terms use the hard nearest codeword ``i*``. At inference the code is always the hard ``i*``
-(one byte for K = 256). The codebook starts from K distinct training vectors.
+(one byte for K = 256). The paper does not say how the codebook starts; we start it from
+10 k-means iterations (FAISS).
 """
 
 from __future__ import annotations
 
+import faiss
+import numpy as np
 import torch
 from torch import nn
 
@@ -23,6 +26,7 @@ PAPER_TAU_START = 1.0
 PAPER_TAU_END = 0.1
 PAPER_BETA = 0.25
 PAPER_EPOCHS = 100
+KMEANS_ITERATIONS = 10
 
 
 def annealed_temperature(
@@ -66,14 +70,18 @@ class SoftToHardVQ(nn.Module):
         self.codebook = nn.Parameter(initial_codebook.detach().clone().float())
 
     @classmethod
-    def from_samples(
+    def from_kmeans(
         cls, x: torch.Tensor, size: int = PAPER_CODEBOOK_SIZE, seed: int = 42
     ) -> SoftToHardVQ:
-        """Initialise the codebook with ``size`` distinct rows of ``x``."""
+        """Initialise the codebook with ``size`` k-means centroids of ``x``."""
         if len(x) < size:
             raise ValueError(f"a codebook of {size} needs at least {size} training vectors")
-        generator = torch.Generator().manual_seed(seed)
-        return cls(x[torch.randperm(len(x), generator=generator)[:size]])
+        data = np.ascontiguousarray(x.detach().numpy(), dtype=np.float32)
+        kmeans = faiss.Kmeans(
+            data.shape[1], size, niter=KMEANS_ITERATIONS, seed=seed, min_points_per_centroid=1
+        )
+        kmeans.train(data)
+        return cls(torch.from_numpy(kmeans.centroids))
 
     @property
     def size(self) -> int:
@@ -109,7 +117,7 @@ def train_vq(
     progress: bool = False,
 ) -> SoftToHardVQ:
     """A codebook for the rows of ``x``, τ annealed per epoch by Eq. 3 over ``epochs``."""
-    vq = SoftToHardVQ.from_samples(x, size, seed)
+    vq = SoftToHardVQ.from_kmeans(x, size, seed)
     fit(
         vq.parameters(),
         len(x),
