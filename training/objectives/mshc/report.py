@@ -86,6 +86,16 @@ def markdown(results: dict, title: str) -> str:
          "yes" if t["met"] else "**no**"]
         for key, t in targets(results).items()
     ])
+    rows = {r["name"]: r for r in results["cumulative"]}
+    strict = min(results["vq_variants"], key=lambda r: 1.0 - r["rho_vs_input"])
+    lines += [
+        f"MRL-96 against the MRL head's own 384-d vector: k-NN "
+        f"{_pct(rows['+mrl']['knn'] / rows['mrl-full']['knn'])}, MRR@10 "
+        f"{_pct(rows['+mrl']['mrr'] / rows['mrl-full']['mrr'])}. Stricter VQ measure, ρ between "
+        f"the variant's output and its own MRL-96 input: best {strict['name']} "
+        f"{strict['rho_vs_input']:.3f}, a loss of {_pct(1.0 - strict['rho_vs_input'])}.",
+        "",
+    ]
     lines += ["## Per stage, cumulative (paper Table 13)", ""]
     lines += _table(
         ["stage", "dim", "bytes/vec", "ratio", "ρ", "k-NN", "k-NN kept", "MRR@10", "MRR kept",
