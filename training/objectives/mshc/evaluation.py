@@ -155,14 +155,15 @@ def evaluate_mshc(
                        _stage_bytes(model, stage), **extra)
         )
 
-    removal = [scorer.row("full", train_out["kd"], test_out["kd"], 4 * config.code_dim)]
+    code_bytes = FLOAT_BYTES * config.code_dim
+    removal = [scorer.row("full", train_out["kd"], test_out["kd"], code_bytes)]
     for stage in STAGES:
         ablated = train_mshc(
             data.train_features, fine_train, num_fine, replace(config, skip=(stage,)), head=head
         )
         removal.append(
             scorer.row(f"-{stage}", ablated.code(train_x).numpy(), ablated.code(test_x).numpy(),
-                       4 * config.code_dim)
+                       code_bytes)
         )
 
     mrl_train, mrl_test = train_out["mrl"], test_out["mrl"]
