@@ -167,7 +167,7 @@ def evaluate_mshc(
         )
 
     mrl_train, mrl_test = train_out["mrl"], test_out["mrl"]
-    mrl_rho = cumulative[2]["rho"]
+    mrl_rho = next(row["rho"] for row in cumulative if row["name"] == "+mrl")
     variants = []
     for name, kind, overrides in VQ_VARIANTS:
         quantizer = (
