@@ -4,6 +4,7 @@ many bytes each index spends per vector."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from bundle import load_bundle
+from bundle import load_bundle, write_manifest
+from service.errors import StartupError
+from service.runtime import Runtime
 from tests.service.bundles import clinc, mshc_bundle
 from tests.service.conftest import add_documents, make_settings, serve
 
@@ -114,3 +117,17 @@ def test_c2f_reranks_the_pq_shortlist_exactly_at_full_dimension(client: TestClie
         exact = full_docs[got] @ query
         np.testing.assert_allclose([h["score"] for h in result["hits"]], exact, atol=1e-4)
         assert np.all(np.diff(exact) <= 1e-6)
+
+
+def test_codebooks_that_disagree_with_the_manifest_are_refused(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle_dir, copy)
+    np.save(copy / "pq_codebooks.npy", np.zeros((8, 256, 6), dtype=np.float32))
+    write_manifest(copy, load_bundle(bundle_dir))  # re-hashed: only the shape is wrong
+    settings = make_settings(copy, tmp_path / "index", index_kinds="pq")
+    with pytest.raises(StartupError, match=r"holds float32 \[8, 256, 6\], the manifest says"):
+        Runtime.load(settings)
+    # Without a PQ index the codebooks are not needed, and the bundle serves.
+    Runtime.load(make_settings(copy, tmp_path / "index2", index_kinds="exact")).collection.close()
