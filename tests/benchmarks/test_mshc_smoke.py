@@ -23,6 +23,10 @@ def test_mshc_smoke_run(tmp_path: Path) -> None:
         384, 1, 8, 128,
     ]
     assert [row["name"] for row in report["removal"]] == ["full", *(f"-{s}" for s in STAGES)]
+    baselines = {row["name"]: row for row in report["baselines"]}
+    assert len(baselines) == 7 and baselines["binary quantisation"]["bytes_per_vector"] == 48
+    assert baselines["scalar int8"]["bytes_per_vector"] == 384
+    assert baselines["MSHC full"]["knn"] == report["removal"][0]["knn"]
     for row in [*report["cumulative"], *report["removal"], *report["vq_variants"]]:
         assert -1.0 <= row["rho"] <= 1.0 and 0.0 <= row["knn"] <= 1.0 and 0.0 <= row["mrr"] <= 1.0
 

@@ -11,6 +11,7 @@ import torch
 
 from index.kinds import pq_from_codebooks
 from training.head import FractalHead
+from training.objectives.mshc.baselines import baselines, binary, scalar_int8
 from training.objectives.mshc.fsq import FiniteScalarQuantizer, round_straight_through
 from training.objectives.mshc.kd import distillation_loss
 from training.objectives.mshc.mrl import WeightedMRLLoss, paper_weights
@@ -153,3 +154,21 @@ def test_config_rejects_unknown_stages_and_quantizers() -> None:
         MSHCConfig(quantizer="lattice")
     with pytest.raises(ValueError, match="must divide"):
         MSHCConfig(pq_m=7)
+
+
+def test_baselines_bytes_and_round_trips() -> None:
+    rng = np.random.default_rng(4)
+    train, test = rng.standard_normal((400, 384)), rng.standard_normal((50, 384))
+    _, int8_test, int8_bytes = scalar_int8(train, test)
+    inside = (test >= train.min(0)) & (test <= train.max(0))
+    step = (train.max(0) - train.min(0)) / 255
+    assert int8_bytes == 384
+    bound = np.broadcast_to(step / 2 + 1e-9, test.shape)
+    assert np.all(np.abs(int8_test - test)[inside] <= bound[inside])
+    bits_train, _, bits_bytes = binary(train, test)
+    assert bits_bytes == 48 and set(np.unique(bits_train)) <= {-1.0, 0.0, 1.0}
+    pca_train, pca_test, pca_bytes = baselines(96)["PCA 96-d"](train, test)
+    assert pca_train.shape == (400, 96) and pca_test.shape == (50, 96) and pca_bytes == 384
+    # PCA components are orthonormal: the projected training vectors are uncorrelated.
+    covariance = np.cov(pca_train.T)
+    assert np.allclose(covariance - np.diag(np.diag(covariance)), 0.0, atol=1e-8)

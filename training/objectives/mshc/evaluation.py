@@ -31,6 +31,7 @@ from training.evaluation.compression import (
     unit_rows,
 )
 from training.evaluation.knn import knn_accuracy_table
+from training.objectives.mshc.baselines import baselines
 from training.objectives.mshc.pipeline import (
     STAGES,
     MSHCConfig,
@@ -186,6 +187,17 @@ def evaluate_mshc(
         row["rho_loss_vs_mrl96"] = 1.0 - row["rho"] / mrl_rho
         variants.append(row)
 
+    baseline_rows = []
+    raw_train = np.ascontiguousarray(data.train_features, np.float32)
+    raw_test = np.ascontiguousarray(data.test_features, np.float32)
+    for name, compress in baselines(config.coarse_dim, config.seed).items():
+        b_train, b_test, nbytes = compress(raw_train, raw_test)
+        baseline_rows.append(scorer.row(name, b_train, b_test, nbytes))
+    baseline_rows += [
+        {**next(r for r in cumulative if r["name"] == "+mrl"), "name": "MRL only"},
+        {**removal[0], "name": "MSHC full"},
+    ]
+
     served_pq = ProductQuantizer.trained(mrl_train, config.pq_m, config.pq_nbits)
     retrieval = _retrieval(
         data, scorer, mrl_train, mrl_test, test_out["kd"], train_out["kd"],
@@ -222,6 +234,7 @@ def evaluate_mshc(
         },
         "original": scorer.original,
         "cumulative": cumulative,
+        "baselines": baseline_rows,
         "removal": removal,
         "vq_variants": variants,
         "retrieval": retrieval,
