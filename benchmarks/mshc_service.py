@@ -24,7 +24,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.service_quality import BATCH, K, free_port, search, start_service
+from benchmarks.live_service import live_service
+from benchmarks.service_quality import BATCH, K, search
 from training.data.registry import load_dataset
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -50,24 +51,21 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int) -> dict:
     intents = data.hierarchy.label_names[-1]
     docs = data.train
     query_intents = [intents[i] for i in data.test.labels[:, -1]]
-    with tempfile.TemporaryDirectory() as index_dir:
-        port = free_port()
-        process = start_service(bundle, Path(index_dir), port, C2F_FACTOR, "pq,exact")
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
-                for start in range(0, len(docs), BATCH):
-                    batch = [
-                        {"text": docs.texts[i], "metadata": {"intent": intents[docs.labels[i, -1]]}}
-                        for i in range(start, min(start + BATCH, len(docs)))
-                    ]
-                    client.post("/documents", json={"documents": batch}).raise_for_status()
-                queries = list(data.test.texts)
-                results = {name: search(client, queries, **options)
-                           for name, options in ROUTES.items()}
-                info = client.get("/info").raise_for_status().json()
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    with tempfile.TemporaryDirectory() as folder:
+        settings = {"index_kinds": "pq,exact", "c2f_factor": C2F_FACTOR}
+        with (
+            live_service(bundle, Path(folder) / "index", Path(folder) / "log", **settings) as url,
+            httpx.Client(base_url=url, timeout=300) as client,
+        ):
+            for start in range(0, len(docs), BATCH):
+                batch = [
+                    {"text": docs.texts[i], "metadata": {"intent": intents[docs.labels[i, -1]]}}
+                    for i in range(start, min(start + BATCH, len(docs)))
+                ]
+                client.post("/documents", json={"documents": batch}).raise_for_status()
+            queries = list(data.test.texts)
+            results = {name: search(client, queries, **options) for name, options in ROUTES.items()}
+            info = client.get("/info").raise_for_status().json()
     exact_ids = [{hit["id"] for hit in r["hits"]} for r in results["exact 384-d"]]
     rows = []
     for name, found in results.items():

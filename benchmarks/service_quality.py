@@ -50,16 +50,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(
-    bundle: Path, index_dir: Path, port: int, c2f_factor: int, index_kinds: str = "exact,hnsw"
-) -> subprocess.Popen:
+def start_service(bundle: Path, index_dir: Path, port: int, c2f_factor: int) -> subprocess.Popen:
     env = dict(
         os.environ,
         FRACTAL_C2F_FACTOR=str(c2f_factor),
         FRACTAL_BUNDLE_DIR=str(bundle),
         FRACTAL_INDEX_DIR=str(index_dir),
         FRACTAL_PORT=str(port),
-        FRACTAL_INDEX_KINDS=index_kinds,
+        FRACTAL_INDEX_KINDS="exact,hnsw",
         FRACTAL_LOG_LEVEL="warning",
     )
     process = subprocess.Popen([sys.executable, "-m", "service"], env=env)
