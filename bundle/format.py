@@ -10,6 +10,10 @@ A bundle is a directory, immutable once written::
     heads.onnx       optional: embedding → coarse_logits (level 0, read from the normalised coarse
                      prefix) and fine_logits (finest level, read from the normalised full vector)
     report.*, *.png  optional: how the bundle scored when it was made
+    pq_codebooks.npy optional (MSHC): float32 [m, 2^nbits, dim / m] PQ sub-centroids of the
+                     L2-normalised ``compression.pq.dim`` prefix, for an index of m-byte codes
+    sae.onnx         optional (MSHC): embedding (the L2-normalised ``compression.sae.input_dim``
+                     prefix, float32) → code (float32, [batch, output_dim], sparse)
 
 The writer (``training.export``) and the reader (``service``) both use this module, so it imports
 only the standard library: the service must load a bundle without torch.
@@ -31,6 +35,9 @@ SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
 HEADS_FILE = "heads.onnx"
+PQ_CODEBOOKS_FILE = "pq_codebooks.npy"
+SAE_FILE = "sae.onnx"
+SAE_CODE = "code"
 TOKENIZER_FILE = "tokenizer.json"
 REPORT_JSON_FILE = "report.json"
 REPORT_MD_FILE = "report.md"
@@ -96,6 +103,7 @@ class Manifest:
     onnx_max_abs_diff: float
     created_at: str
     fragment_dim: int | None = None
+    compression: dict[str, Any] | None = None
     hierarchy: tuple[HierarchyLevel, ...] | None = None
     evaluation: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -211,6 +219,8 @@ def _check_manifest(manifest: Manifest) -> None:
         raise _fail("fragment_dim", f"must be a positive divisor of dim={dim}, not {fragment!r}")
     if manifest.hierarchy is not None:
         _check_hierarchy(manifest.hierarchy)
+    if manifest.compression is not None:
+        _check_compression(manifest.compression, manifest.prefix_dims)
     if not isinstance(manifest.evaluation, dict):
         raise _fail("evaluation", "must be an object")
     try:
@@ -271,6 +281,40 @@ def _check_hierarchy(levels: tuple[HierarchyLevel, ...]) -> None:
             raise _fail(f"hierarchy level {position}", "needs a non-empty name")
         if not level.labels or not all(isinstance(label, str) for label in level.labels):
             raise _fail(f"hierarchy level {level.name!r}", "needs a non-empty list of label names")
+
+
+_COMPRESSION_PARTS = {
+    "pq": ("file", "dim", "m", "nbits", "shape", "bytes_per_vector"),
+    "sae": ("file", "input_dim", "output_dim", "bytes_per_vector"),
+}
+
+
+def _check_compression(compression: object, prefix_dims: tuple[int, ...]) -> None:
+    """MSHC's extra parts: ``{"pq": {...}, "sae": {...}}``, each naming its file and sizes."""
+    if not isinstance(compression, dict) or not set(compression) <= set(_COMPRESSION_PARTS):
+        raise _fail("compression", f"must be an object with some of {sorted(_COMPRESSION_PARTS)}")
+    for part, part_fields in _COMPRESSION_PARTS.items():
+        spec = compression.get(part)
+        if spec is None:
+            continue
+        if not isinstance(spec, dict) or sorted(spec) != sorted(part_fields):
+            raise _fail(f"compression.{part}", f"must have exactly the fields {part_fields}")
+        if not _is_safe_relative(spec["file"]):
+            raise _fail(f"compression.{part}.file", f"{spec['file']!r} is not a relative path")
+        sizes = [spec[name] for name in part_fields[1:] if name != "shape"]
+        if not all(_is_int(value) and value > 0 for value in sizes):
+            raise _fail(f"compression.{part}", "sizes must be positive integers")
+    pq = compression.get("pq")
+    if pq is not None:
+        m, dim, nbits = pq["m"], pq["dim"], pq["nbits"]
+        if dim not in prefix_dims or dim % m or pq["shape"] != [m, 2**nbits, dim // m]:
+            raise _fail(
+                "compression.pq",
+                f"needs dim in prefix_dims, m dividing it and shape [m, 2^nbits, dim/m]; got {pq}",
+            )
+    sae = compression.get("sae")
+    if sae is not None and sae["input_dim"] not in prefix_dims:
+        raise _fail("compression.sae.input_dim", f"{sae['input_dim']} is not in prefix_dims")
 
 
 def _check_files(files: object) -> None:
@@ -342,6 +386,10 @@ def load_bundle(bundle_dir: Path) -> Manifest:
             raise BundleError(f"{manifest_path}: required file {required} is not listed in files")
     if HEADS_FILE in manifest.files and manifest.hierarchy is None:
         raise BundleError(f"{manifest_path}: {HEADS_FILE} is listed but hierarchy is missing")
+    for part, spec in (manifest.compression or {}).items():
+        if spec["file"] not in manifest.files:
+            raise BundleError(f"{manifest_path}: compression.{part} file {spec['file']} is not "
+                              "listed in files")
     for relative, expected in manifest.files.items():
         path = bundle_dir / relative
         if not path.is_file():

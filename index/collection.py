@@ -17,9 +17,10 @@ re-ranking, are derived from the store:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,6 +81,7 @@ class Collection:
         hnsw: HnswParams | None = None,
         pq: PqParams | None = None,
         fragment_dim: int | None = None,
+        pq_codebooks: Mapping[int, np.ndarray] | None = None,
     ) -> None:
         _check_count(dim, "dim")
         prefix_dims = tuple(sorted({_check_count(d, "every prefix dim") for d in prefix_dims}))
@@ -92,9 +94,15 @@ class Collection:
             )
         self.hnsw = hnsw or HnswParams()
         self.pq = pq or PqParams()
+        # Cosine PQ indexes at these dims use the given centroids instead of training their own.
+        self.pq_codebooks = {
+            int(d): np.ascontiguousarray(c, dtype=np.float32)
+            for d, c in (pq_codebooks or {}).items()
+        }
         if "pq" in index_kinds:
             for prefix_dim in prefix_dims:
-                self.pq.check_dim(prefix_dim)
+                if prefix_dim not in self.pq_codebooks:
+                    self.pq.check_dim(prefix_dim)
         if fragment_dim is not None:
             for prefix_dim in prefix_dims:
                 check_fragment_dim(prefix_dim, fragment_dim)
@@ -136,7 +144,16 @@ class Collection:
             config["params"] = asdict(self.hnsw)
         if spec.kind == "pq":
             config["params"] = asdict(self.pq)
+            codebooks = self._codebooks(spec)
+            if codebooks is not None:
+                config["codebooks_sha256"] = hashlib.sha256(codebooks.tobytes()).hexdigest()
         return config
+
+    def _codebooks(self, spec: IndexSpec) -> np.ndarray | None:
+        """The given PQ centroids for a cosine PQ index at ``spec.dim``, if any."""
+        if spec.kind != "pq" or spec.scoring != "cosine":
+            return None
+        return self.pq_codebooks.get(spec.dim)
 
     def _map(self, scoring: str, dim: int, matrix: np.ndarray) -> np.ndarray:
         """Vectors (full or already cut to ``dim``) in the space of a ``scoring`` index."""
@@ -147,7 +164,7 @@ class Collection:
         return fragment_unit(matrix, dim, self.fragment_dim)
 
     def _build(self, spec: IndexSpec) -> VectorIndex:
-        index = create_index(spec.kind, spec.dim, self.hnsw, self.pq)
+        index = create_index(spec.kind, spec.dim, self.hnsw, self.pq, self._codebooks(spec))
         if len(self._table):
             index.add(self._table.ids, self._map(spec.scoring, spec.dim, self._table.vectors))
         return index.replacement() or index
@@ -157,7 +174,9 @@ class Collection:
 
         def open_index(name: str, path: Path) -> VectorIndex:
             spec = self._specs[name]
-            return read_index(spec.kind, spec.dim, path, self.hnsw, self.pq)
+            return read_index(
+                spec.kind, spec.dim, path, self.hnsw, self.pq, self._codebooks(spec)
+            )
 
         loaded = load_snapshot(self.path / "snapshot", self._store, configs, open_index)
         if loaded.indexes:

@@ -14,7 +14,11 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 - ``pq``: ``IndexPQ`` (``m`` sub-quantizers of ``nbits`` bits each). A codebook needs training
   data, so until ``train_size`` vectors exist the index is an exact flat index (``stats`` says
   ``"trained": False``); :meth:`PqIndex.replacement` then trains once on every vector present and
-  re-encodes them. Removal is physical.
+  re-encodes them. Removal is physical. Given ``codebooks`` (``[m, 2^nbits, dim / m]``, e.g. an
+  MSHC bundle's), the index is trained from the start with exactly those centroids.
+
+Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
+``4 · dim`` for float32 storage, the PQ code size once trained.
 """
 
 from __future__ import annotations
@@ -78,6 +82,19 @@ class PqParams:
             raise ValueError(f"PQ m={self.m} sub-quantizers must divide the dimension {dim}")
 
 
+def pq_from_codebooks(codebooks: np.ndarray) -> faiss.IndexPQ:
+    """A trained inner-product ``IndexPQ`` whose sub-centroids are ``codebooks``
+    (``[m, 2^nbits, dsub]`` float32); :class:`ValueError` for any other shape."""
+    array = np.ascontiguousarray(codebooks, dtype=np.float32)
+    if array.ndim != 3 or array.shape[1] < 2 or array.shape[1] & (array.shape[1] - 1):
+        raise ValueError(f"PQ codebooks must be [m, 2^nbits, dsub], got shape {array.shape}")
+    m, centroids, dsub = array.shape
+    index = faiss.IndexPQ(m * dsub, m, centroids.bit_length() - 1, faiss.METRIC_INNER_PRODUCT)
+    faiss.copy_array_to_vector(array.ravel(), index.pq.centroids)
+    index.is_trained = True
+    return index
+
+
 def _flat_contents(index: faiss.IndexIDMap2) -> tuple[np.ndarray, np.ndarray]:
     """The ids and stored vectors of an ID-mapped ``IndexFlat`` or ``IndexHNSWFlat``."""
     inner = faiss.downcast_index(index.index)
@@ -128,8 +145,18 @@ class VectorIndex:
             self._nbytes = cached
         return cached[1]
 
+    def bytes_per_vector(self) -> int:
+        """Bytes of one stored vector (float32 unless a subclass compresses)."""
+        return 4 * self.dim
+
     def stats(self) -> dict:
-        return {"kind": self.kind, "dim": self.dim, "vectors": len(self), "bytes": self.nbytes()}
+        return {
+            "kind": self.kind,
+            "dim": self.dim,
+            "vectors": len(self),
+            "bytes": self.nbytes(),
+            "bytes_per_vector": self.bytes_per_vector(),
+        }
 
     def save(self, path: Path) -> list[Path]:
         """Write the index (and any state FAISS does not hold) to new files; return them all."""
@@ -217,10 +244,23 @@ class PqIndex(VectorIndex):
 
     kind = "pq"
 
-    def __init__(self, dim: int, params: PqParams, index: faiss.IndexIDMap2 | None = None) -> None:
+    def __init__(
+        self,
+        dim: int,
+        params: PqParams,
+        index: faiss.IndexIDMap2 | None = None,
+        codebooks: np.ndarray | None = None,
+    ) -> None:
+        if codebooks is not None:
+            quantizer = pq_from_codebooks(codebooks)
+            if quantizer.d != dim:
+                raise ValueError(f"PQ codebooks are for dim {quantizer.d}, not {dim}")
+            params = PqParams(m=quantizer.pq.M, nbits=quantizer.pq.nbits)
+            index = index or faiss.IndexIDMap2(quantizer)
         params.check_dim(dim)
         super().__init__(dim, index or faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
         self.params = params
+        self.from_codebooks = codebooks is not None
 
     @property
     def trained(self) -> bool:
@@ -238,29 +278,49 @@ class PqIndex(VectorIndex):
         fresh.add(ids, vectors)
         return fresh
 
+    def bytes_per_vector(self) -> int:
+        if not self.trained:
+            return super().bytes_per_vector()
+        return int(faiss.downcast_index(self._index.index).pq.code_size)
+
     def stats(self) -> dict:
-        """``trained`` False means the index still answers exactly, from a flat index."""
+        """``trained`` False means the index still answers exactly, from a flat index;
+        ``codebooks`` says whether the centroids came with the bundle or were trained here."""
         return {
             **super().stats(),
             "trained": self.trained,
+            "codebooks": "bundle" if self.from_codebooks else "trained",
             "train_size": self.params.train_size,
             "m": self.params.m,
             "nbits": self.params.nbits,
         }
 
 
-def create_index(kind: str, dim: int, hnsw: HnswParams, pq: PqParams) -> VectorIndex:
-    """A new, empty index of ``kind``."""
+def create_index(
+    kind: str,
+    dim: int,
+    hnsw: HnswParams,
+    pq: PqParams,
+    pq_codebooks: np.ndarray | None = None,
+) -> VectorIndex:
+    """A new, empty index of ``kind``; a ``pq`` one uses ``pq_codebooks`` when given."""
     if kind == "exact":
         return ExactIndex(dim)
     if kind == "hnsw":
         return HnswIndex(dim, hnsw)
     if kind == "pq":
-        return PqIndex(dim, pq)
+        return PqIndex(dim, pq, codebooks=pq_codebooks)
     raise ValueError(f"unknown index kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def read_index(kind: str, dim: int, path: Path, hnsw: HnswParams, pq: PqParams) -> VectorIndex:
+def read_index(
+    kind: str,
+    dim: int,
+    path: Path,
+    hnsw: HnswParams,
+    pq: PqParams,
+    pq_codebooks: np.ndarray | None = None,
+) -> VectorIndex:
     """Load an index that :meth:`VectorIndex.save` wrote; :class:`ValueError` if it is not one
     of ``kind`` and ``dim`` (FAISS raises :class:`RuntimeError` for an unreadable file)."""
     index = faiss.read_index(str(path))
@@ -280,4 +340,6 @@ def read_index(kind: str, dim: int, path: Path, hnsw: HnswParams, pq: PqParams) 
         return ExactIndex(dim, index)
     if kind == "hnsw":
         return HnswIndex(dim, hnsw, index, np.load(path.with_suffix(".deleted.npy")))
+    if pq_codebooks is not None:
+        return PqIndex(dim, pq, index, codebooks=pq_codebooks)
     return PqIndex(dim, pq, index)

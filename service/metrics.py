@@ -81,6 +81,12 @@ class Metrics:
             ["scoring", "dimension", "kind"],
             registry=registry,
         )
+        self.index_bytes_per_vector = Gauge(
+            "fractal_index_bytes_per_vector",
+            "Bytes one vector's code takes in each FAISS index (4·dim float32, m for PQ).",
+            ["scoring", "dimension", "kind"],
+            registry=registry,
+        )
         self.index_vectors = Gauge(
             "fractal_index_vectors",
             "Live vectors in each FAISS index, by scoring, dimension and kind.",

@@ -68,8 +68,30 @@ def _check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
     record_path.write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
 
 
+def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.ndarray]:
+    """The bundle's PQ centroids by prefix dimension (MSHC), when the service builds PQ indexes.
+
+    The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
+    """
+    spec = (manifest.compression or {}).get("pq")
+    if spec is None or "pq" not in settings.index_kinds:
+        return {}
+    path = settings.bundle_dir / spec["file"]
+    try:
+        codebooks = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read the bundle's PQ codebooks {path}: {exc}") from exc
+    if list(codebooks.shape) != spec["shape"] or codebooks.dtype != np.float32:
+        raise StartupError(
+            f"{path} holds {codebooks.dtype} {list(codebooks.shape)}, the manifest says "
+            f"float32 {spec['shape']}"
+        )
+    return {spec["dim"]: codebooks}
+
+
 def open_collection(settings: Settings, manifest: Manifest) -> Collection:
-    """The collection in ``settings.index_dir``, indexed at the coarse and fine prefixes."""
+    """The collection in ``settings.index_dir``, indexed at the coarse and fine prefixes; a PQ
+    index at a dimension the bundle ships PQ codebooks for uses them (MSHC)."""
     fragment_dim = manifest.fragment_dim
     if fragment_dim is None and settings.sfs:
         fragment_dim = settings.sfs_fragment_dim
@@ -84,6 +106,7 @@ def open_collection(settings: Settings, manifest: Manifest) -> Collection:
             hnsw=settings.hnsw,
             pq=settings.pq,
             fragment_dim=fragment_dim,
+            pq_codebooks=bundle_pq_codebooks(settings, manifest),
         )
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
@@ -307,6 +330,7 @@ class Runtime:
                 "kind": index["kind"],
             }
             self.metrics.index_bytes.labels(**labels).set(index["bytes"])
+            self.metrics.index_bytes_per_vector.labels(**labels).set(index["bytes_per_vector"])
             self.metrics.index_vectors.labels(**labels).set(index["vectors"])
         return stats
 
@@ -337,6 +361,8 @@ class Runtime:
                     "kind": index["kind"],
                     "vectors": index["vectors"],
                     "bytes": index["bytes"],
+                    "bytes_per_vector": index["bytes_per_vector"],
+                    "codebooks": index.get("codebooks"),
                 }
                 for index in stats["indexes"].values()
             ],

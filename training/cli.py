@@ -6,6 +6,7 @@
     fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report]
     fractal export-identity --out bundles/identity
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
+    fractal mshc --dataset clinc150 --out runs/clinc150-mshc  # MSHC: train, evaluate, export
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
 """
@@ -325,6 +326,56 @@ def _cmd_ingest(args):
     print(f"ingested {len(part)} {args.split} texts of {args.dataset} into {args.url}")
 
 
+def _cmd_mshc(args):
+    from training.objectives.mshc.evaluation import evaluate_mshc
+    from training.objectives.mshc.export import export_mshc_bundle
+    from training.objectives.mshc.pipeline import MSHCConfig
+    from training.objectives.mshc.report import targets, write_report
+    from training.pipeline import prepare_data
+
+    if min(args.mrl_epochs, args.vq_epochs, args.sae_epochs, args.kd_epochs) < 1:
+        raise FractalError("every stage needs at least one epoch")
+    try:
+        config = MSHCConfig(
+            quantizer=args.quantizer,
+            mrl_epochs=args.mrl_epochs,
+            vq_epochs=args.vq_epochs,
+            sae_epochs=args.sae_epochs,
+            kd_epochs=args.kd_epochs,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise FractalError(str(exc)) from exc
+    bundle_dir = args.out / "bundle"
+    if bundle_dir.is_dir() and any(bundle_dir.iterdir()) and not args.overwrite:
+        raise FractalError(f"bundle directory {bundle_dir} is not empty (pass --overwrite)")
+    data_config = _data_config(args)
+    splits = data_config.load()
+    if len(splits.train.texts) < 256:
+        raise FractalError(
+            "MSHC needs at least 256 training texts (K = 256 codewords), "
+            f"got {len(splits.train.texts)}"
+        )
+    data = prepare_data(data_config, _encoder(args), splits=splits, progress=not args.no_progress)
+    model, pq, results = evaluate_mshc(data, config, progress=not args.no_progress)
+    dataset = Path(data_config.dataset).name
+    paths = write_report(results, args.out / "report", f"MSHC: {dataset}")
+    manifest = export_mshc_bundle(
+        bundle_dir,
+        data.encoder,
+        model,
+        pq,
+        name=args.name or f"{dataset}-mshc",
+        hierarchy=data.hierarchy,
+        evaluation={"targets": targets(results), "retrieval": results["retrieval"]},
+        report_files={path.name: path for path in paths},
+        check_texts=list(data.splits.test.texts[:64]),
+        overwrite=args.overwrite,
+    )
+    print(f"report: {paths[1]}")
+    print(f"bundle: {bundle_dir} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from training.objectives import OBJECTIVES
 
@@ -384,6 +435,24 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--wait", type=float, default=120, help="seconds to wait for /ready")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=_cmd_ingest)
+
+    mshc = commands.add_parser(
+        "mshc", help="MSHC: train MRL → VQ → PQ → SAE → KD, evaluate, export a bundle"
+    )
+    _add_data_options(mshc)
+    mshc.add_argument("--out", type=Path, required=True, help="writes report/ and bundle/")
+    mshc.add_argument(
+        "--quantizer", choices=("vq", "rvq", "fsq"), default="vq",
+        help="the VQ stage of the pipeline (default: the paper's soft-to-hard VQ)",
+    )
+    mshc.add_argument("--mrl-epochs", type=int, default=10)
+    mshc.add_argument("--vq-epochs", type=int, default=100, help="the paper's T")
+    mshc.add_argument("--sae-epochs", type=int, default=30)
+    mshc.add_argument("--kd-epochs", type=int, default=20)
+    mshc.add_argument("--seed", type=int, default=42)
+    mshc.add_argument("--name", help="bundle name")
+    mshc.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    mshc.set_defaults(handler=_cmd_mshc)
     return parser
 
 

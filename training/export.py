@@ -149,6 +149,7 @@ def _export_graphs(
     head: FractalHead | None,
     tokenizer: Tokenizer,
     coarse_dim: int,
+    with_heads: bool = True,
 ) -> None:
     device = encoder.device
     head_copy = copy.deepcopy(head).to(device).eval() if head is not None else None
@@ -164,7 +165,7 @@ def _export_graphs(
         [EMBEDDING],
         {INPUT_IDS: batch_and_seq, ATTENTION_MASK: batch_and_seq, EMBEDDING: {0: "batch"}},
     )
-    if head_copy is not None:
+    if head_copy is not None and with_heads:
         _export_onnx(
             _Heads(head_copy, coarse_dim),
             (torch.zeros(2, head_copy.dim, device=device),),
@@ -195,6 +196,7 @@ def _check_against_torch(
     head: FractalHead | None,
     coarse_dim: int,
     check_texts: list[str],
+    with_heads: bool = True,
 ) -> float:
     """Run ``check_texts`` through tokenizer.json + ONNX and through torch; the largest difference.
 
@@ -228,6 +230,8 @@ def _check_against_torch(
         embedding = cpu_head(features)
         torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     diff = _max_abs_diff(EMBEDDING, onnx_embedding, embedding.numpy())
+    if not with_heads:
+        return diff
     logit_names = [COARSE_LOGITS, FINE_LOGITS]
     onnx_logits = _cpu_session(folder / HEADS_FILE).run(logit_names, {EMBEDDING: embedding.numpy()})
     for name, got, expected in zip(logit_names, onnx_logits, torch_logits, strict=True):
@@ -243,6 +247,7 @@ def _check_arguments(
     report_files: dict[str, Path],
     overwrite: bool,
     check_texts: list[str],
+    with_heads: bool = True,
 ) -> None:
     for file_name, source in report_files.items():
         if PurePosixPath(file_name).name != file_name or file_name in ("", ".", ".."):
@@ -257,7 +262,7 @@ def _check_arguments(
         raise FractalError(f"bundle directory {out_dir} is not empty (pass overwrite=True)")
     if not check_texts or not all(isinstance(t, str) and t.strip() for t in check_texts):
         raise FractalError("check_texts must be a non-empty list of non-empty texts")
-    if head is None:
+    if head is None or not with_heads:
         return
     if head.input_dim != encoder.config.hidden_size:
         raise FractalError(
@@ -297,19 +302,27 @@ def export_bundle(
     check_texts: list[str],
     fragment_dim: int | None = None,
     overwrite: bool = False,
+    with_heads: bool = True,
+    extra_files: dict[str, Path] | None = None,
+    compression: dict | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 
     With ``head`` the served embedding is ``head.projection`` of the pooled backbone vector and
     ``heads.onnx`` holds its coarse and fine classifiers; without it (``identity``) it is the
     pooled vector itself. ``report_files`` maps a file name in the bundle to the file to copy.
+    ``with_heads=False`` serves the head's projection without ``heads.onnx``;
+    ``extra_files`` (copied like the report) and ``compression`` are an objective's extra parts,
+    described in the manifest (see :mod:`bundle.format`).
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.
     """
     out_dir = Path(out_dir)
-    report_files = report_files or {}
-    _check_arguments(out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts)
+    report_files = {**(report_files or {}), **(extra_files or {})}
+    _check_arguments(
+        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads
+    )
     dim = head.dim if head is not None else encoder.config.hidden_size
     try:
         draft = Manifest(
@@ -320,6 +333,7 @@ def export_bundle(
             prefix_dims=tuple(prefix_dims),
             granularity=dict(granularity),
             fragment_dim=fragment_dim,
+            compression=compression,
             hierarchy=None
             if hierarchy is None
             else tuple(
@@ -338,8 +352,10 @@ def export_bundle(
         for file_name, source in report_files.items():
             shutil.copyfile(source, staging / file_name)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
-        _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim)
-        diff = _check_against_torch(staging, encoder, head, draft.coarse_dim, check_texts)
+        _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim, with_heads)
+        diff = _check_against_torch(
+            staging, encoder, head, draft.coarse_dim, check_texts, with_heads
+        )
         written = write_manifest(staging, replace(draft, onnx_max_abs_diff=diff))
         load_bundle(staging)
         _install(staging, out_dir)

@@ -25,6 +25,12 @@ class IndexInfo(BaseModel):
     kind: Literal["exact", "hnsw", "pq"]
     vectors: int
     bytes: int = Field(description="Serialised size of the FAISS index.")
+    bytes_per_vector: int = Field(
+        description="Bytes one vector's code takes: 4 × dimension for float32, m for PQ."
+    )
+    codebooks: Literal["bundle", "trained"] | None = Field(
+        None, description="PQ only: centroids shipped in the bundle (MSHC) or trained here."
+    )
 
 
 class Resolutions(BaseModel):

@@ -191,3 +191,35 @@ def test_manifest_checks_its_fields_when_built() -> None:
     with pytest.raises(BundleError, match="evaluation must be JSON-serialisable"):
         _manifest(evaluation={"plot": object()})
     assert isinstance(BundleError("x"), ValueError)
+
+
+_PQ = {"file": "pq_codebooks.npy", "dim": 64, "m": 8, "nbits": 8, "shape": [8, 256, 8],
+       "bytes_per_vector": 8}
+
+
+@pytest.mark.parametrize(
+    ("compression", "message"),
+    [
+        ({"pq": _PQ}, "compression.pq file pq_codebooks.npy is not listed in files"),
+        ({"pq": {**_PQ, "shape": [8, 256, 12]}}, "compression.pq needs dim in prefix_dims"),
+        ({"pq": {**_PQ, "dim": 96}}, "compression.pq needs dim in prefix_dims"),
+        ({"pq": {**_PQ, "m": 0}}, "sizes must be positive integers"),
+        ({"pq": {"file": "pq_codebooks.npy"}}, "compression.pq must have exactly the fields"),
+        ({"lsh": {}}, "compression must be an object with some of"),
+        (
+            {"sae": {"file": "sae.onnx", "input_dim": 96, "output_dim": 32,
+                     "bytes_per_vector": 128}},
+            "compression.sae.input_dim 96 is not in prefix_dims",
+        ),
+    ],
+)
+def test_invalid_compression_parts(bundle_dir: Path, compression: dict, message: str) -> None:
+    _edit_manifest(bundle_dir, lambda m: m.update(compression=compression))
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle_dir)
+
+
+def test_compression_parts_round_trip(bundle_dir: Path) -> None:
+    (bundle_dir / "pq_codebooks.npy").write_bytes(b"codebook bytes")
+    written = write_manifest(bundle_dir, _manifest(compression={"pq": _PQ}))
+    assert load_bundle(bundle_dir) == written and written.compression["pq"]["m"] == 8

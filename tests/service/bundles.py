@@ -1,7 +1,9 @@
 """Real bundles for the service tests, exported once per test session.
 
 The identity bundle is the raw MiniLM encoder (384-d, no heads); the V5 bundle is a small V5 head
-trained on 1,500 CLINC-150 utterances for 3 epochs (coarse 64-d, fine 256-d, with heads).
+trained on 1,500 CLINC-150 utterances for 3 epochs (coarse 64-d, fine 256-d, with heads); the
+MSHC bundle is a quickly trained MSHC pipeline on the same rows (prefixes 96 … 384, 8-byte PQ
+codebooks for the 96-d prefix, a 96 → 32 SAE graph).
 Both the service and the end-to-end tests ask for them; each is built the first time and found
 in the session's base temporary directory after that.
 """
@@ -72,6 +74,47 @@ def _build_v5(out: Path) -> None:
     )
 
 
+@cache
+def small_mshc():
+    """A quickly trained MSHC model on the V5 bundle's rows, its 96-d PQ and the data (the same
+    objects for every caller, so that a test can compare the exported bundle with them)."""
+    from training.objectives.mshc.pipeline import MSHCConfig, train_mshc
+    from training.objectives.mshc.pq import ProductQuantizer
+    from training.pipeline import DataConfig, prepare_data
+
+    data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
+    config = MSHCConfig(mrl_epochs=3, vq_epochs=3, sae_epochs=2, kd_epochs=2)
+    model = train_mshc(
+        data.train_features, data.splits.train.labels[:, -1], data.num_classes[-1], config
+    )
+    coarse = model.coarse(torch_from(data.train_features)).numpy()
+    return model, ProductQuantizer.trained(coarse), data
+
+
+def torch_from(array):
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def _build_mshc(out: Path) -> None:
+    from training.objectives.mshc.export import export_mshc_bundle
+
+    model, pq, data = small_mshc()
+    export_mshc_bundle(
+        out,
+        encoder(),
+        model,
+        pq,
+        name="clinc150-mshc-small",
+        hierarchy=data.hierarchy,
+        evaluation={},
+        report_files=None,
+        check_texts=CHECK_TEXTS,
+    )
+
+
 @contextmanager
 def _one_torch_thread() -> Iterator[None]:
     """Build on one torch thread: on a small, shared machine more threads contend and run many
@@ -102,3 +145,7 @@ def identity_bundle(factory: pytest.TempPathFactory) -> Path:
 
 def v5_bundle(factory: pytest.TempPathFactory) -> Path:
     return _session_bundle(factory, "v5", _build_v5)
+
+
+def mshc_bundle(factory: pytest.TempPathFactory) -> Path:
+    return _session_bundle(factory, "mshc", _build_mshc)

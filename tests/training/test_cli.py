@@ -63,13 +63,16 @@ def _rows(rows: list[tuple[str, str]]) -> str:
             "empty text",
         ),
         (lambda tmp: ["export", str(tmp), "--out", str(tmp / "b")], "not a training run"),
+        (lambda tmp: ["mshc", "--dataset", "imdb"], "unknown dataset 'imdb'"),
+        (lambda tmp: ["mshc", "--vq-epochs", "0"], "at least one epoch"),
+        (lambda tmp: ["mshc", "--max-train", "100"], "at least 256 training texts"),
     ],
 )
 def test_bad_input_is_one_clear_error(
     make_args, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = make_args(tmp_path)
-    if args[0] in ("train", "run"):
+    if args[0] in ("train", "run", "mshc"):
         args += ["--out", str(tmp_path / "out")]
     assert main(args) == 2
     err = capsys.readouterr().err
