@@ -149,6 +149,7 @@ def _export_graphs(
     head: FractalHead | None,
     tokenizer: Tokenizer,
     coarse_dim: int,
+    with_heads: bool = True,
 ) -> None:
     device = encoder.device
     head_copy = copy.deepcopy(head).to(device).eval() if head is not None else None
@@ -164,7 +165,7 @@ def _export_graphs(
         [EMBEDDING],
         {INPUT_IDS: batch_and_seq, ATTENTION_MASK: batch_and_seq, EMBEDDING: {0: "batch"}},
     )
-    if head_copy is not None:
+    if head_copy is not None and with_heads:
         _export_onnx(
             _Heads(head_copy, coarse_dim),
             (torch.zeros(2, head_copy.dim, device=device),),
@@ -195,6 +196,7 @@ def _check_against_torch(
     head: FractalHead | None,
     coarse_dim: int,
     check_texts: list[str],
+    with_heads: bool = True,
 ) -> float:
     """Run ``check_texts`` through tokenizer.json + ONNX and through torch; the largest difference.
 
@@ -226,8 +228,11 @@ def _check_against_torch(
     cpu_head = copy.deepcopy(head).cpu().eval()
     with torch.inference_mode():
         embedding = cpu_head(features)
-        torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     diff = _max_abs_diff(EMBEDDING, onnx_embedding, embedding.numpy())
+    if not with_heads:
+        return diff
+    with torch.inference_mode():
+        torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     logit_names = [COARSE_LOGITS, FINE_LOGITS]
     onnx_logits = _cpu_session(folder / HEADS_FILE).run(logit_names, {EMBEDDING: embedding.numpy()})
     for name, got, expected in zip(logit_names, onnx_logits, torch_logits, strict=True):
@@ -243,6 +248,7 @@ def _check_arguments(
     report_files: dict[str, Path],
     overwrite: bool,
     check_texts: list[str],
+    with_heads: bool = True,
 ) -> None:
     for file_name, source in report_files.items():
         if PurePosixPath(file_name).name != file_name or file_name in ("", ".", ".."):
@@ -263,6 +269,8 @@ def _check_arguments(
         raise FractalError(
             f"head input_dim {head.input_dim} != encoder hidden size {encoder.config.hidden_size}"
         )
+    if not with_heads:
+        return
     if hierarchy is None:
         raise FractalError("a bundle with heads needs the hierarchy the heads were trained on")
     widths = [c.out_features for c in head.classifiers]
@@ -296,20 +304,24 @@ def export_bundle(
     report_files: dict[str, Path] | None,
     check_texts: list[str],
     fragment_dim: int | None = None,
+    with_heads: bool = True,
     overwrite: bool = False,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 
     With ``head`` the served embedding is ``head.projection`` of the pooled backbone vector and
     ``heads.onnx`` holds its coarse and fine classifiers; without it (``identity``) it is the
-    pooled vector itself. ``report_files`` maps a file name in the bundle to the file to copy.
+    pooled vector itself; ``with_heads=False`` exports the projection alone (objectives trained
+    without classifiers: MRL-contrastive, MIC, MIPIC, SFS). ``report_files`` maps a file name in the bundle to the file to copy.
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.
     """
     out_dir = Path(out_dir)
     report_files = report_files or {}
-    _check_arguments(out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts)
+    _check_arguments(
+        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads
+    )
     dim = head.dim if head is not None else encoder.config.hidden_size
     try:
         draft = Manifest(
@@ -338,8 +350,10 @@ def export_bundle(
         for file_name, source in report_files.items():
             shutil.copyfile(source, staging / file_name)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
-        _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim)
-        diff = _check_against_torch(staging, encoder, head, draft.coarse_dim, check_texts)
+        _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim, with_heads)
+        diff = _check_against_torch(
+            staging, encoder, head, draft.coarse_dim, check_texts, with_heads
+        )
         written = write_manifest(staging, replace(draft, onnx_max_abs_diff=diff))
         load_bundle(staging)
         _install(staging, out_dir)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from training.encoder import FrozenEncoder
 from training.errors import FractalError
+from training.head import FractalHead
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
@@ -231,3 +232,12 @@ def embed_texts(
         features = encoder.encode(list(texts), progress=progress)
     pooled = torch.from_numpy(np.ascontiguousarray(features, np.float32))
     return result.model.projection.cpu()(pooled).numpy()
+
+
+def as_head(result: FinetuneResult) -> FractalHead:
+    """The trained projection as a classifier-free :class:`FractalHead`, the form the export
+    fuses into ``encoder.onnx`` (with ``with_heads=False``)."""
+    projection = result.model.projection
+    head = FractalHead(projection.in_features, [], dim=projection.out_features)
+    head.projection.load_state_dict(projection.state_dict())
+    return head.eval()
