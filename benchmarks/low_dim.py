@@ -166,27 +166,31 @@ def run(args: argparse.Namespace) -> list[Path]:
         "runs": [],
     }
     raw_encoder = FrozenEncoder(max_tokens=args.max_tokens)
+    train_features = raw_encoder.encode(list(splits.train.texts), progress=False)
+    test_features = raw_encoder.encode(list(splits.test.texts), progress=False)
     raw = _evaluate(
-        raw_encoder.encode(list(splits.train.texts), progress=False)[:, : args.dims[-1]],
-        train_labels,
-        raw_encoder.encode(list(splits.test.texts), progress=False)[:, : args.dims[-1]],
-        test_labels,
-        args.dims,
+        train_features[:, : args.dims[-1]], train_labels,
+        test_features[:, : args.dims[-1]], test_labels, args.dims,
     )
     payload["runs"].append({"objective": "raw", "seed": 0, "train_seconds": 0.0, **raw})
+    # A frozen backbone is shared by every run and its features are computed once.
+    frozen = args.unfreeze_layers == 0
     paths: list[Path] = []
-    for objective in args.objectives:
-        for seed in args.seeds:
-            encoder = FrozenEncoder(max_tokens=args.max_tokens)
+    for seed in args.seeds:
+        for objective in args.objectives:
+            encoder = raw_encoder if frozen else FrozenEncoder(max_tokens=args.max_tokens)
             config = replace(base, objective=objective, seed=seed)
             start = time.perf_counter()
             result = finetune(encoder, splits.train.texts, train_labels, config,
+                              features=train_features if frozen else None,
                               progress=not args.no_progress)
             seconds = time.perf_counter() - start
             scores = _evaluate(
-                embed_texts(result, encoder, splits.train.texts),
+                embed_texts(result, encoder, splits.train.texts,
+                            features=train_features if frozen else None),
                 train_labels,
-                embed_texts(result, encoder, splits.test.texts),
+                embed_texts(result, encoder, splits.test.texts,
+                            features=test_features if frozen else None),
                 test_labels,
                 args.dims,
             )
@@ -220,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--smoke", action="store_true", help="tiny data and 2 steps")
+    parser.add_argument("--smoke", action="store_true", help="120/40 texts, 2 steps, batch 8")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -228,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.smoke:
-        args.max_train, args.max_test, args.steps = 160, 80, 2
-        args.unfreeze_layers = min(args.unfreeze_layers, 2)
+        args.max_train, args.max_test, args.steps, args.batch_size = 120, 40, 2, 8
+        args.unfreeze_layers = min(args.unfreeze_layers, 1)
     for path in run(args):
         print(path)
 

@@ -91,6 +91,7 @@ def _markdown(payload: dict) -> str:
 
 def run(args: argparse.Namespace) -> list[Path]:
     torch.set_num_threads(1)
+    machine = machine_header(1)
     encoder = FrozenEncoder()
     data = prepare_data(DataConfig(args.dataset, args.max_train, args.max_test), encoder,
                         progress=False)
@@ -119,7 +120,6 @@ def run(args: argparse.Namespace) -> list[Path]:
         }
         for trained, by_scoring in scores.items()
     }
-    machine = machine_header(1)
     record_end_load(machine)
     payload = {
         "dataset": args.dataset,

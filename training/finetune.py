@@ -7,9 +7,10 @@ Batches are class-balanced — ``batch_size / 2`` labels, two texts each — so 
 the supervised contrastive terms has a positive. AdamW with cosine decay, one learning rate for the
 backbone (the papers' 2e-5) and one for the projection and the objectives' own parameters.
 
-When the backbone is frozen and the objective needs no token states (MRL, SFS), a step runs on the
-cached pooled features instead of the transformer: ``projection(pool(h)) = pool(projection(h))``,
-so it is the same model, trained in a fraction of the time.
+When the backbone is frozen, the transformer runs once, not once per step: MRL and SFS steps read
+the cached pooled features (``projection(pool(h)) = pool(projection(h))``, so it is the same
+model), MIC and MIPIC steps read the last layer's token states and every layer's pooled state,
+computed once for the training texts (:class:`~training.token_model.CachedTokenStates`).
 
 ``matched`` comparisons use the same :class:`FinetuneConfig` with only ``objective`` changed.
 """
@@ -31,7 +32,7 @@ from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
 from training.objectives.sfs import SFSLoss
-from training.token_model import TokenEncoder, TokenStates
+from training.token_model import CachedTokenStates, TokenEncoder, TokenStates
 
 FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).
@@ -180,6 +181,11 @@ def finetune(
     trainable = [p for group in groups for p in group["params"]]
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     x = torch.from_numpy(np.ascontiguousarray(features, np.float32)) if use_features else None
+    cache = (
+        CachedTokenStates.compute(encoder, texts)
+        if config.unfreeze_layers == 0 and needs_token_states(config.objective)
+        else None
+    )
     result = FinetuneResult(model=model, loss=loss_fn, config=config)
     model.train()
     running, since_record = 0.0, 0
@@ -189,6 +195,8 @@ def finetune(
     ):
         if x is not None:
             states = TokenStates(embedding=model.projection(x[batch]))
+        elif cache is not None:
+            states = model.from_cache(cache, batch)
         else:
             tokens = encoder.tokenizer(
                 [texts[i] for i in batch],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,12 +31,52 @@ class TokenStates:
     ``layers[k]`` holds layer ``k``'s token states ``[batch, tokens, width]`` for ``k = 1..L``
     (``layers[0]`` is the embedding layer); the last one is projected (width ``dim``), the others
     are the backbone's (width ``hidden``). ``None`` when training on cached pooled features.
+    With a frozen backbone (cached states, :class:`CachedTokenStates`) the frozen layers' entries
+    are ``None`` and ``frozen_pooled[k]`` holds their pooled states ``[batch, hidden]`` instead.
     ``embedding`` is the pooled, projected, unnormalised output ``[batch, dim]``.
     """
 
     embedding: torch.Tensor
-    layers: tuple[torch.Tensor, ...] | None = None
+    layers: tuple[torch.Tensor | None, ...] | None = None
     attention_mask: torch.Tensor | None = None
+    frozen_pooled: torch.Tensor | None = None
+
+    def pooled(self, layer: int, dim: int, pooling: str) -> torch.Tensor:
+        """The pooled first ``dim`` coordinates of layer ``layer``'s states ``[batch, dim]``."""
+        if self.layers[layer] is None:
+            return self.frozen_pooled[:, layer, :dim]
+        return pool(self.layers[layer][..., :dim], self.attention_mask, pooling)
+
+
+@dataclass
+class CachedTokenStates:
+    """A frozen backbone's output for a set of texts, computed once: the last layer's token states
+    ``[n, tokens, hidden]`` (padded to the longest text), their mask, and every layer's pooled
+    state ``[n, L + 1, hidden]``. Head-only training over token states reads batches from it."""
+
+    last: torch.Tensor
+    attention_mask: torch.Tensor
+    pooled: torch.Tensor
+
+    @classmethod
+    @torch.inference_mode()
+    def compute(
+        cls, encoder: FrozenEncoder, texts: list[str] | tuple[str, ...], batch_size: int = 64
+    ) -> CachedTokenStates:
+        tokens = encoder.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=encoder.config.max_tokens,
+            return_tensors="pt",
+        ).to(encoder.device)
+        last, pooled = [], []
+        for start in range(0, len(texts), batch_size):
+            ids = tokens["input_ids"][start : start + batch_size]
+            mask = tokens["attention_mask"][start : start + batch_size]
+            hidden = encoder.model(
+                input_ids=ids, attention_mask=mask, output_hidden_states=True
+            ).hidden_states
+            last.append(hidden[-1].float().cpu())
+            pooled.append(torch.stack([pool(h, mask, encoder.config.pooling) for h in hidden], 1))
+        return cls(torch.cat(last), tokens["attention_mask"].cpu(), torch.cat(pooled).float().cpu())
 
 
 def transformer_layers(backbone: nn.Module) -> nn.ModuleList:
@@ -93,6 +134,15 @@ class TokenEncoder(nn.Module):
             layers=(*hidden[:-1], last),
             attention_mask=attention_mask,
         )
+
+    def from_cache(self, cache: CachedTokenStates, rows: np.ndarray) -> TokenStates:
+        """The states of ``rows`` of a frozen backbone's cache: only the projection runs."""
+        mask = cache.attention_mask[rows]
+        width = int(mask.sum(1).max())
+        mask = mask[:, :width]
+        last = self.projection(cache.last[rows, :width])
+        layers = (*([None] * self.num_layers), last)
+        return TokenStates(pool(last, mask, self.pooling), layers, mask, cache.pooled[rows])
 
     def train(self, mode: bool = True) -> TokenEncoder:
         """Dropout only in the trainable backbone: a frozen backbone stays deterministic."""

@@ -48,7 +48,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.encoder import pool
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.token_model import TokenStates
 
@@ -171,10 +170,7 @@ class MIPICLoss(nn.Module):
         )
 
     def pic(self, states: TokenStates) -> torch.Tensor:
-        pooled = [
-            pool(states.layers[layer][..., :dim], states.attention_mask, self.pooling)
-            for layer, dim in self.checkpoints
-        ]
+        pooled = [states.pooled(layer, dim, self.pooling) for layer, dim in self.checkpoints]
         return sum(
             (
                 info_nce(projector(low), high, self.temperature)
