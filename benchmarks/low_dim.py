@@ -84,7 +84,7 @@ def _markdown(payload: dict) -> str:
                 for objective, s in payload["summary"].items()
                 if objective not in ("mrl", "raw")
             ]
-            lines += [f"Difference to matched MRL (points):", ""]
+            lines += ["Difference to matched MRL (points):", ""]
             lines += [markdown_table(["objective", *map(str, dims)], rows), ""]
     lines += ["## Per run", ""]
     lines += [
@@ -197,8 +197,8 @@ def run(args: argparse.Namespace) -> list[Path]:
             payload["runs"].append({"objective": objective, "seed": seed,
                                     "train_seconds": seconds, "history": result.history,
                                     **scores})
-            print(f"{objective} seed {seed}: F1 {np.round(np.array(scores['lr_macro_f1']) * 100, 2)}"
-                  f" ({seconds:.0f} s)", flush=True)
+            f1 = np.round(np.array(scores["lr_macro_f1"]) * 100, 2)
+            print(f"{objective} seed {seed}: F1 {f1} ({seconds:.0f} s)", flush=True)
             payload["summary"] = _summarise(payload["runs"])
             record_end_load(payload["machine"])
             paths = write_results(args.out, name, payload, _markdown(payload))
@@ -215,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default="banking77")
     parser.add_argument("--max-train", type=int, default=3000, help="the papers sample 3,000")
     parser.add_argument("--max-test", type=int, default=None, help="default: the whole test split")
-    parser.add_argument("--objectives", type=lambda s: s.split(","), default=["mrl", "mic", "mipic"])
+    parser.add_argument(
+        "--objectives", type=lambda s: s.split(","), default=["mrl", "mic", "mipic"]
+    )
     parser.add_argument("--seeds", type=_int_list, default=[42])
     parser.add_argument("--dims", type=_int_list, default=[16, 32, 64, 128, 256, 384])
     parser.add_argument("--steps", type=int, default=300)

@@ -312,7 +312,8 @@ def export_bundle(
     With ``head`` the served embedding is ``head.projection`` of the pooled backbone vector and
     ``heads.onnx`` holds its coarse and fine classifiers; without it (``identity``) it is the
     pooled vector itself; ``with_heads=False`` exports the projection alone (objectives trained
-    without classifiers: MRL-contrastive, MIC, MIPIC, SFS). ``report_files`` maps a file name in the bundle to the file to copy.
+    without classifiers: contrastive MRL, MIC, MIPIC, SFS). ``report_files`` maps a file name in
+    the bundle to the file to copy.
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.

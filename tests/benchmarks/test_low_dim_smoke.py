@@ -15,7 +15,8 @@ from benchmarks import low_dim, sfs_retrieval
 def test_low_dim_smoke(tmp_path: Path) -> None:
     low_dim.main(["--smoke", "--out", str(tmp_path), "--no-progress", "--dims", "16,64,384"])
     name = "low_dim_banking77_smoke"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.{s}" for s in ("json", "md", "png")]
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == [f"{name}.{suffix}" for suffix in ("json", "md", "png")]
     report = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
     assert [r["objective"] for r in report["runs"]] == ["raw", "mrl", "mic", "mipic"]
     for run in report["runs"]:

@@ -185,7 +185,8 @@ def test_mipic_loss_combines_its_parts_with_alpha() -> None:
     states = TokenStates(torch.randn(4, 8, generator=rng), layers, mask)
     labels = torch.tensor([0, 0, 1, 1])
     loss = MIPICLoss([2, 4, 8], sia_layers=[1, 2], num_layers=2, hidden_size=8, alpha=0.4)
-    expected = 0.4 * loss.task(states.embedding, labels) + 0.6 * (loss.sia(states) + loss.pic(states))
+    distillation = loss.sia(states) + loss.pic(states)
+    expected = 0.4 * loss.task(states.embedding, labels) + 0.6 * distillation
     assert float(loss(states, labels)) == pytest.approx(float(expected), rel=1e-6)
     assert loss.checkpoints == [(1, 2), (1, 4), (2, 8)]
     value = loss(states, labels)

@@ -5,8 +5,9 @@ For each selected layer ``l`` and nested dimension ``d`` the token states ``H �
 ``M``) are split into a prefix ``H_pre = H[..., :d]`` and a residual ``H_res = H[..., d:]``.
 
 Soft Collapse Regularisation (§2.1). Each sequence ``i`` is standardised over its own ``N_i`` real
-tokens (Eq. 1): ``X̃_pre,i,l = M_il (H_pre,i,l − μ_pre,i) ⊘ (σ_pre,i + ε)``, likewise ``X̃_res``; the
-token-wise cross-correlation is ``C = (1/B) Σ_i (1/N_i) Σ_l X̃_pre,i,l X̃_res,i,lᵀ ∈ R^{d×(D−d)}``, and
+tokens (Eq. 1): ``X̃_pre,i,l = M_il (H_pre,i,l − μ_pre,i) ⊘ (σ_pre,i + ε)``, likewise ``X̃_res``;
+the token-wise cross-correlation is ``C = (1/B) Σ_i (1/N_i) Σ_l X̃_pre,i,l X̃_res,i,lᵀ``
+(``d × (D−d)``), and
 
     L_corr = (1/(d·(D−d))) Σ_uv max(0, |C_uv| − τ_corr)²
     L_var  = max(0, 1 − σ̄_pre) + 0.5·max(0, 1 − σ̄_res)

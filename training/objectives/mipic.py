@@ -69,7 +69,9 @@ def checkpoint_layers(num_layers: int, num_dims: int) -> list[int]:
     return [max(1, round(i * num_layers / num_dims)) for i in range(1, num_dims + 1)]
 
 
-def linear_cka(student: torch.Tensor, teacher: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+def linear_cka(
+    student: torch.Tensor, teacher: torch.Tensor, selected: torch.Tensor
+) -> torch.Tensor:
     """Linear CKA per sequence between ``student [B, m, d]`` and ``teacher [B, m, D]`` restricted
     to the ``selected [B, m]`` tokens (Eq. 11), via token Gram matrices:
     ``‖XᵀY‖²_F = Σ (XXᵀ ⊙ YYᵀ)``."""
@@ -128,7 +130,7 @@ class MIPICLoss(nn.Module):
                 self.up_projections[f"{layer}_{dim}"] = projection
         self.projectors = nn.ModuleList(
             nn.Sequential(nn.Linear(low, high), nn.GELU(), nn.Linear(high, high))
-            for (_, low), (_, high) in zip(self.checkpoints, self.checkpoints[1:])
+            for (_, low), (_, high) in zip(self.checkpoints[:-1], self.checkpoints[1:], strict=True)
         )
 
     def _log_attention(
@@ -138,7 +140,9 @@ class MIPICLoss(nn.Module):
         scores = torch.einsum("bd,bmd->bm", anchor, tokens) / scale
         return torch.log_softmax(scores.masked_fill(~real, float("-inf")), dim=-1)
 
-    def sia_layer(self, hidden: torch.Tensor, attention_mask: torch.Tensor, layer: int) -> torch.Tensor:
+    def sia_layer(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, layer: int
+    ) -> torch.Tensor:
         """``L_SIA^(k)`` of one layer's token states ``[B, m, D]`` (Eq. 13)."""
         width = hidden.shape[-1]
         real = attention_mask.bool().clone()
@@ -170,12 +174,11 @@ class MIPICLoss(nn.Module):
         )
 
     def pic(self, states: TokenStates) -> torch.Tensor:
+        """``L_PIC``: InfoNCE from each projected checkpoint to the next (Eq. 16–17)."""
         pooled = [states.pooled(layer, dim, self.pooling) for layer, dim in self.checkpoints]
+        links = zip(self.projectors, pooled[:-1], pooled[1:], strict=True)
         return sum(
-            (
-                info_nce(projector(low), high, self.temperature)
-                for projector, low, high in zip(self.projectors, pooled, pooled[1:], strict=False)
-            ),
+            (info_nce(projector(low), high, self.temperature) for projector, low, high in links),
             states.embedding.new_zeros(()),
         )
 
