@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> list[Path]:
         "dims": list(args.dims),
         "setting": {
             "train_texts": len(splits.train), "test_texts": len(splits.test),
-            "max_tokens": args.max_tokens, "seeds": args.seeds, **base.to_json(),
+            "max_tokens": args.max_tokens, "seeds": args.seeds,
+            **{k: v for k, v in base.to_json().items() if k not in ("objective", "fragment_dim", "seed")},
             "objectives": args.objectives,
         },
         "machine": {**machine_header(1), "torch_threads": args.threads},
