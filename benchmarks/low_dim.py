@@ -57,6 +57,8 @@ PAPER_BANKING77 = {
     },
 }
 PAPER_DIMS = [16, 32, 64, 128, 256]
+# Config fields that differ per run (or do not apply), left out of the shared setting block.
+PER_RUN_KEYS = ("objective", "fragment_dim", "seed")
 
 
 def _evaluate(train_vectors, train_labels, test_vectors, test_labels, dims) -> dict:
@@ -159,7 +161,7 @@ def run(args: argparse.Namespace) -> list[Path]:
         "setting": {
             "train_texts": len(splits.train), "test_texts": len(splits.test),
             "max_tokens": args.max_tokens, "seeds": args.seeds,
-            **{k: v for k, v in base.to_json().items() if k not in ("objective", "fragment_dim", "seed")},
+            **{k: v for k, v in base.to_json().items() if k not in PER_RUN_KEYS},
             "objectives": args.objectives,
         },
         "machine": {**machine_header(1), "torch_threads": args.threads},
