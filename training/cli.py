@@ -7,6 +7,7 @@
     fractal export-identity --out bundles/identity
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
     fractal mshc --dataset clinc150 --out runs/clinc150-mshc  # MSHC: train, evaluate, export
+    fractal finetune --dataset banking77 --objective mic --unfreeze-layers 6 --out runs/b77-mic
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
 """
@@ -22,6 +23,7 @@ from training.errors import FractalError
 
 DEFAULT_SEEDS = "42,123,456,789,1024"
 ABLATIONS = ("inverted", "no-prefix", "uhmt")
+NESTED_DIMS = (16, 32, 64, 128, 256)  # `finetune`: the MIC/MIPIC papers' dims below the full one
 
 
 def _int_list(text: str) -> list[int]:
@@ -376,6 +378,34 @@ def _cmd_mshc(args):
     print(f"bundle: {bundle_dir} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
 
 
+def _cmd_finetune(args):
+    from training.finetune import FinetuneConfig
+    from training.finetune_job import run_finetune
+
+    nested = (*(d for d in NESTED_DIMS if d < args.dim), args.dim)
+    dims = tuple(args.prefix_dims or ((args.dim,) if args.objective == "sfs" else nested))
+    config = FinetuneConfig(
+        objective=args.objective,
+        dim=args.dim,
+        prefix_dims=dims,
+        fragment_dim=args.fragment_dim,
+        unfreeze_layers=args.unfreeze_layers,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        backbone_learning_rate=args.lr,
+        head_learning_rate=args.head_lr,
+        seed=args.seed,
+    )
+    config.validate()
+    data_config = _data_config(args)
+    data_config.load()
+    bundle = run_finetune(
+        data_config, _encoder(args), config, args.out, name=args.name,
+        overwrite=args.overwrite, progress=not args.no_progress,
+    )
+    print(f"bundle: {bundle}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from training.objectives import OBJECTIVES
 
@@ -426,6 +456,29 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("--overwrite", action="store_true")
     _add_encoder_options(identity)
     identity.set_defaults(handler=_cmd_export_identity)
+    tune = commands.add_parser(
+        "finetune",
+        help="contrastive training of the encoder (mrl, mic, mipic, sfs), evaluated and exported",
+    )
+    _add_data_options(tune)
+    tune.add_argument("--objective", required=True, help="mrl, mic, mipic or sfs")
+    tune.add_argument("--dim", type=int, default=384, help="output dimension (≤ hidden size)")
+    tune.add_argument("--prefix-dims", type=_int_list, help="nested dims (default: 16,…,384)")
+    tune.add_argument("--fragment-dim", type=int, help="sfs: fragment size, a divisor of --dim")
+    tune.add_argument(
+        "--unfreeze-layers", type=int, default=0,
+        help="train the top N transformer layers too (0: head only; all layers: the whole model)",
+    )
+    tune.add_argument("--steps", type=int, default=500)
+    tune.add_argument("--batch-size", type=int, default=32)
+    tune.add_argument("--lr", type=float, default=2e-5, help="backbone learning rate")
+    tune.add_argument("--head-lr", type=float, default=1e-3, help="projection learning rate")
+    tune.add_argument("--seed", type=int, default=42)
+    tune.add_argument("--out", type=Path, required=True, help="folder for report/ and bundle/")
+    tune.add_argument("--name", help="bundle name")
+    tune.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    tune.set_defaults(handler=_cmd_finetune)
+
     ingest = commands.add_parser("ingest", help="send a dataset split to a running service")
     ingest.add_argument("--url", default="http://127.0.0.1:8000")
     ingest.add_argument("--dataset", default="clinc150")

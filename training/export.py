@@ -228,10 +228,11 @@ def _check_against_torch(
     cpu_head = copy.deepcopy(head).cpu().eval()
     with torch.inference_mode():
         embedding = cpu_head(features)
-        torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     diff = _max_abs_diff(EMBEDDING, onnx_embedding, embedding.numpy())
     if not with_heads:
         return diff
+    with torch.inference_mode():
+        torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     logit_names = [COARSE_LOGITS, FINE_LOGITS]
     onnx_logits = _cpu_session(folder / HEADS_FILE).run(logit_names, {EMBEDDING: embedding.numpy()})
     for name, got, expected in zip(logit_names, onnx_logits, torch_logits, strict=True):
@@ -262,12 +263,14 @@ def _check_arguments(
         raise FractalError(f"bundle directory {out_dir} is not empty (pass overwrite=True)")
     if not check_texts or not all(isinstance(t, str) and t.strip() for t in check_texts):
         raise FractalError("check_texts must be a non-empty list of non-empty texts")
-    if head is None or not with_heads:
+    if head is None:
         return
     if head.input_dim != encoder.config.hidden_size:
         raise FractalError(
             f"head input_dim {head.input_dim} != encoder hidden size {encoder.config.hidden_size}"
         )
+    if not with_heads:
+        return
     if hierarchy is None:
         raise FractalError("a bundle with heads needs the hierarchy the heads were trained on")
     widths = [c.out_features for c in head.classifiers]
@@ -311,7 +314,8 @@ def export_bundle(
     With ``head`` the served embedding is ``head.projection`` of the pooled backbone vector and
     ``heads.onnx`` holds its coarse and fine classifiers; without it (``identity``) it is the
     pooled vector itself. ``report_files`` maps a file name in the bundle to the file to copy.
-    ``with_heads=False`` serves the head's projection without ``heads.onnx``;
+    ``with_heads=False`` serves the head's projection without ``heads.onnx`` (objectives trained
+    without classifiers: MSHC, contrastive MRL, MIC, MIPIC, SFS);
     ``extra_files`` (copied like the report) and ``compression`` are an objective's extra parts,
     described in the manifest (see :mod:`bundle.format`).
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once

@@ -1,4 +1,9 @@
-"""Training objectives, one module each; :data:`OBJECTIVES` maps a CLI name to its loss."""
+"""Training objectives, one module each; :data:`OBJECTIVES` maps a CLI name to its loss.
+
+These are the hierarchy objectives of the Fractal paper (heads on frozen features, ``fractal
+train``). The contrastive ones — ``matryoshka_contrastive`` (MRL), ``mic``, ``mipic``, ``sfs`` —
+are trained by :mod:`training.finetune` (``fractal finetune``).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""The trainable-encoder path: which layers train, class-balanced batches, the exported bundle of
+a fine-tuned encoder (ONNX = torch, SFS fragment size in the manifest) and ``fractal finetune``'s
+answer to bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bundle import load_bundle
+from training.cli import main
+from training.data.registry import load_dataset
+from training.encoder import FrozenEncoder
+from training.errors import FractalError
+from training.export import ONNX_TOLERANCE
+from training.finetune import FinetuneConfig, align_layers, balanced_batches, finetune
+from training.finetune_job import run_finetune
+from training.pipeline import DataConfig
+from training.token_model import TokenEncoder, transformer_layers
+
+
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+@pytest.mark.slow
+def test_unfreezing_trains_only_the_requested_layers() -> None:
+    encoder = FrozenEncoder(max_tokens=16)
+    before = _snapshot(encoder.model)
+    splits = load_dataset("banking77", max_train=64, max_test=8)
+    config = FinetuneConfig(objective="mic", unfreeze_layers=2, steps=2, batch_size=8,
+                            backbone_learning_rate=1e-3)
+    result = finetune(encoder, splits.train.texts, splits.train.labels[:, -1], config,
+                      progress=False)
+    layers = transformer_layers(encoder.model)
+    trained = {name for name, p in encoder.model.named_parameters() if p.requires_grad}
+    expected = {f"encoder.layer.{i}." for i in (4, 5)}
+    assert trained and all(name[: len("encoder.layer.4.")] in expected for name in trained)
+    assert len(trained) == sum(1 for i in (4, 5) for _ in layers[i].parameters())
+    after = dict(encoder.model.named_parameters())
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and changed <= trained
+    assert not any(name.startswith(("embeddings.", "encoder.layer.0.")) for name in changed)
+    assert align_layers(result.model) == [5, 6]
+    assert encoder.config.fingerprint != FrozenEncoder().config.fingerprint
+
+
+@pytest.mark.slow
+def test_head_only_and_full_unfreezing() -> None:
+    encoder = FrozenEncoder()
+    head_only = TokenEncoder(encoder, 384, 0)
+    assert not any(p.requires_grad for p in encoder.model.parameters())
+    assert head_only.first_trainable_layer == 6 and align_layers(head_only) == [6]
+    full = TokenEncoder(encoder, 384, 6)
+    assert all(p.requires_grad for p in encoder.model.parameters())
+    assert align_layers(full) == [2, 4]
+    with pytest.raises(FractalError, match="0..6"):
+        TokenEncoder(encoder, 384, 7)
+    ids = encoder.tokenizer(["a short text", "and a longer one here"], padding=True,
+                            return_tensors="pt")
+    with torch.no_grad():
+        states = full.eval()(ids["input_ids"], ids["attention_mask"])
+    # Identity-initialised projection: step 0 is the raw encoder.
+    raw = encoder.encode(["a short text", "and a longer one here"], progress=False)
+    np.testing.assert_allclose(states.embedding.numpy(), raw, atol=1e-5)
+    assert len(states.layers) == 7 and states.layers[3].shape[-1] == 384
+
+
+def test_balanced_batches_give_every_anchor_a_positive() -> None:
+    labels = np.repeat(np.arange(10), 3)
+    for batch in balanced_batches(labels, 8, 5, np.random.default_rng(0)):
+        assert len(batch) == 8 and len(set(batch)) == 8
+        assert all(count == 2 for count in np.unique(labels[batch], return_counts=True)[1])
+    with pytest.raises(FractalError, match="labels with ≥ 2 texts"):
+        balanced_batches(np.arange(10), 8, 1, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+def test_sfs_bundle_of_a_fine_tuned_encoder_round_trips(tmp_path: Path) -> None:
+    encoder = FrozenEncoder(max_tokens=32)
+    config = FinetuneConfig(objective="sfs", dim=256, prefix_dims=(256,), fragment_dim=64,
+                            unfreeze_layers=1, steps=2, batch_size=8, backbone_learning_rate=1e-3)
+    bundle_dir = run_finetune(DataConfig("clinc150", 200, 40), encoder, config, tmp_path,
+                              progress=False)
+    manifest = load_bundle(bundle_dir)
+    assert manifest.objective == "sfs" and manifest.fragment_dim == 64
+    assert 0 <= manifest.onnx_max_abs_diff <= ONNX_TOLERANCE
+    assert not (bundle_dir / "heads.onnx").exists()
+    assert manifest.backbone.fingerprint.startswith(FrozenEncoder().config.fingerprint + "+")
+    ranking = manifest.evaluation["ranking"]
+    assert set(ranking) == {"cosine", "sfs-64"}
+    assert all(0 <= v <= 1 for scores in ranking.values() for v in scores.values())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--objective", "nope"], "unknown objective 'nope'"),
+        (["--objective", "sfs", "--dim", "256"], "sfs needs --fragment-dim"),
+        (["--objective", "sfs", "--dim", "256", "--fragment-dim", "48"], "divisor"),
+        (["--objective", "mic", "--fragment-dim", "16"], "applies to sfs only"),
+        (["--objective", "mic", "--prefix-dims", "16,32"], "end at dim=384"),
+        (["--objective", "mic", "--batch-size", "7"], "even batch size"),
+        (["--objective", "mic", "--dataset", "imdb"], "unknown dataset 'imdb'"),
+    ],
+)
+def test_finetune_cli_bad_input_exits_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["finetune", "--out", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,251 @@
+"""Contrastive training of the encoder itself (MRL, MIC, MIPIC, SFS): the trainer for the
+objectives that read token states or whose papers fine-tune the backbone.
+
+The model is a :class:`~training.token_model.TokenEncoder`: the backbone with its top
+``unfreeze_layers`` layers trainable (0 = head-only) plus a token-wise projection to ``dim``.
+Batches are class-balanced — ``batch_size / 2`` labels, two texts each — so that every anchor of
+the supervised contrastive terms has a positive. AdamW with cosine decay, one learning rate for the
+backbone (the papers' 2e-5) and one for the projection and the objectives' own parameters.
+
+When the backbone is frozen, the transformer runs once, not once per step: MRL and SFS steps read
+the cached pooled features (``projection(pool(h)) = pool(projection(h))``, so it is the same
+model), MIC and MIPIC steps read the last layer's token states and every layer's pooled state,
+computed once for the training texts (:class:`~training.token_model.CachedTokenStates`).
+
+``matched`` comparisons use the same :class:`FinetuneConfig` with only ``objective`` changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from training.encoder import FrozenEncoder
+from training.errors import FractalError
+from training.head import FractalHead
+from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
+from training.objectives.mic import MICLoss
+from training.objectives.mipic import MIPICLoss
+from training.objectives.sfs import SFSLoss
+from training.token_model import CachedTokenStates, TokenEncoder, TokenStates
+
+FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
+# MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).
+MIC_PAPER_LAYERS_6L = (2, 4)
+HISTORY_EVERY = 50
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Every knob of one contrastive training run."""
+
+    objective: str = "mic"
+    dim: int = 384
+    prefix_dims: tuple[int, ...] = (16, 32, 64, 128, 256, 384)
+    fragment_dim: int | None = None
+    unfreeze_layers: int = 6
+    steps: int = 500
+    batch_size: int = 32
+    backbone_learning_rate: float = 2e-5
+    head_learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 42
+
+    def validate(self) -> None:
+        if self.objective not in FINETUNE_OBJECTIVES:
+            raise FractalError(
+                f"unknown objective {self.objective!r}: choose one of "
+                f"{', '.join(FINETUNE_OBJECTIVES)}"
+            )
+        dims = list(self.prefix_dims)
+        if not dims or dims != sorted(set(dims)) or dims[0] < 1 or dims[-1] != self.dim:
+            raise FractalError(
+                f"prefix dims must be increasing and end at dim={self.dim}, got {dims}"
+            )
+        if self.objective == "sfs":
+            if self.fragment_dim is None or self.fragment_dim < 1 or self.dim % self.fragment_dim:
+                raise FractalError(
+                    f"sfs needs --fragment-dim, a positive divisor of dim={self.dim}, "
+                    f"got {self.fragment_dim}"
+                )
+        elif self.fragment_dim is not None:
+            raise FractalError(f"--fragment-dim applies to sfs only, not {self.objective}")
+        if self.steps < 1 or self.batch_size < 4 or self.batch_size % 2:
+            raise FractalError("steps ≥ 1 and an even batch size ≥ 4 are needed")
+        if self.backbone_learning_rate <= 0 or self.head_learning_rate <= 0:
+            raise FractalError("learning rates must be positive")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FinetuneResult:
+    model: TokenEncoder
+    loss: nn.Module
+    config: FinetuneConfig
+    history: list[dict] = field(default_factory=list)
+
+
+def needs_token_states(objective: str) -> bool:
+    return objective in ("mic", "mipic")
+
+
+def align_layers(model: TokenEncoder) -> list[int]:
+    """MIC's regularised layers: the paper's (2, 4) when they train, else every trainable layer
+    (the top ``unfreeze_layers``; the output layer alone when only the projection trains)."""
+    first = model.first_trainable_layer
+    paper = [layer for layer in MIC_PAPER_LAYERS_6L if layer >= first]
+    return paper if len(paper) == len(MIC_PAPER_LAYERS_6L) else list(
+        range(first, model.num_layers + 1)
+    )
+
+
+def build_loss(config: FinetuneConfig, model: TokenEncoder) -> nn.Module:
+    if config.objective == "mrl":
+        return MatryoshkaContrastiveLoss(config.prefix_dims)
+    if config.objective == "sfs":
+        return SFSLoss(config.fragment_dim)
+    if config.objective == "mic":
+        return MICLoss(config.prefix_dims, align_layers(model), pooling=model.pooling)
+    return MIPICLoss(
+        config.prefix_dims,
+        list(range(model.first_trainable_layer, model.num_layers + 1)),
+        model.num_layers,
+        hidden_size=model.projection.in_features,
+        pooling=model.pooling,
+    )
+
+
+def balanced_batches(
+    labels: np.ndarray, batch_size: int, steps: int, generator: np.random.Generator
+) -> list[np.ndarray]:
+    """``steps`` batches of ``batch_size / 2`` distinct labels × 2 texts (labels with ≥ 2 texts)."""
+    by_label = [np.flatnonzero(labels == label) for label in np.unique(labels)]
+    usable = [rows for rows in by_label if len(rows) >= 2]
+    per_batch = batch_size // 2
+    if len(usable) < per_batch:
+        raise FractalError(
+            f"batch size {batch_size} needs {per_batch} labels with ≥ 2 texts, "
+            f"the data has {len(usable)}"
+        )
+    batches = []
+    for _ in range(steps):
+        chosen = generator.choice(len(usable), size=per_batch, replace=False)
+        batches.append(
+            np.concatenate([generator.choice(usable[c], size=2, replace=False) for c in chosen])
+        )
+    return batches
+
+
+def finetune(
+    encoder: FrozenEncoder,
+    texts: list[str] | tuple[str, ...],
+    labels: np.ndarray,
+    config: FinetuneConfig,
+    *,
+    features: np.ndarray | None = None,
+    progress: bool = True,
+) -> FinetuneResult:
+    """Train ``encoder`` (in place, as far as unfrozen) + a projection with ``config.objective``.
+
+    ``labels`` are one integer per text (the finest level). ``features`` are the frozen pooled
+    features of ``texts``; with a frozen backbone and MRL/SFS they replace the transformer pass.
+    On return the encoder is in eval mode, and if its weights changed its fingerprint says so, so
+    that feature caches never mix fine-tuned and original features.
+    """
+    config.validate()
+    if len(texts) != len(labels):
+        raise ValueError("texts and labels differ in length")
+    torch.manual_seed(config.seed)
+    generator = np.random.default_rng(config.seed)
+    model = TokenEncoder(encoder, config.dim, config.unfreeze_layers)
+    loss_fn = build_loss(config, model)
+    use_features = (
+        features is not None
+        and config.unfreeze_layers == 0
+        and not needs_token_states(config.objective)
+    )
+    head_parameters = [*model.projection.parameters(), *loss_fn.parameters()]
+    groups = [{"params": head_parameters, "lr": config.head_learning_rate}]
+    if model.backbone_parameters():
+        groups.append({"params": model.backbone_parameters(), "lr": config.backbone_learning_rate})
+    optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.steps)
+    trainable = [p for group in groups for p in group["params"]]
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    x = torch.from_numpy(np.ascontiguousarray(features, np.float32)) if use_features else None
+    cache = (
+        CachedTokenStates.compute(encoder, texts)
+        if config.unfreeze_layers == 0 and needs_token_states(config.objective)
+        else None
+    )
+    result = FinetuneResult(model=model, loss=loss_fn, config=config)
+    model.train()
+    running, since_record = 0.0, 0
+    batches = balanced_batches(np.asarray(labels), config.batch_size, config.steps, generator)
+    for step, batch in enumerate(
+        tqdm(batches, desc=f"finetune {config.objective}", disable=not progress, leave=False), 1
+    ):
+        if x is not None:
+            states = TokenStates(embedding=model.projection(x[batch]))
+        elif cache is not None:
+            states = model.from_cache(cache, batch)
+        else:
+            tokens = encoder.tokenizer(
+                [texts[i] for i in batch],
+                padding=True,
+                truncation=True,
+                max_length=encoder.config.max_tokens,
+                return_tensors="pt",
+            ).to(encoder.device)
+            states = model(tokens["input_ids"], tokens["attention_mask"])
+        loss = loss_fn(states, y[batch]) if needs_token_states(config.objective) else loss_fn(
+            states.embedding, y[batch]
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        running, since_record = running + float(loss.detach()), since_record + 1
+        if step % HISTORY_EVERY == 0 or step == config.steps:
+            result.history.append({"step": step, "loss": running / since_record})
+            running, since_record = 0.0, 0
+    model.eval()
+    if config.unfreeze_layers:
+        digest = hashlib.sha256()
+        for parameter in model.backbone_parameters():
+            digest.update(parameter.detach().cpu().numpy().tobytes())
+        encoder.config = replace(
+            encoder.config, fingerprint=f"{encoder.config.fingerprint}+{digest.hexdigest()[:12]}"
+        )
+    return result
+
+
+@torch.no_grad()
+def embed_texts(
+    result: FinetuneResult, encoder: FrozenEncoder, texts: list[str] | tuple[str, ...],
+    *, features: np.ndarray | None = None, progress: bool = False,
+) -> np.ndarray:
+    """Full, unnormalised embeddings of the trained model: the (fine-tuned) encoder's pooled
+    vectors through the projection. ``features`` may stand in for the encoder when it was frozen."""
+    if features is None or result.config.unfreeze_layers:
+        features = encoder.encode(list(texts), progress=progress)
+    pooled = torch.from_numpy(np.ascontiguousarray(features, np.float32))
+    return result.model.projection.cpu()(pooled).numpy()
+
+
+def as_head(result: FinetuneResult) -> FractalHead:
+    """The trained projection as a classifier-free :class:`FractalHead`, the form the export
+    fuses into ``encoder.onnx`` (with ``with_heads=False``)."""
+    projection = result.model.projection
+    head = FractalHead(projection.in_features, [], dim=projection.out_features)
+    head.projection.load_state_dict(projection.state_dict())
+    return head.eval()
