@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.reporting import markdown_table, record_end_load, write_results
+from benchmarks.reporting import bullet_list, markdown_table, record_end_load, write_results
 from benchmarks.search_measure import machine_header
 from training.encoder import FrozenEncoder
 from training.evaluation.ranking import ranking_metrics
@@ -72,15 +72,11 @@ def _markdown(payload: dict) -> str:
         "",
         "## Setting",
         "",
-        "```",
-        *(f"{k}: {v}" for k, v in payload["setting"].items()),
-        "```",
+        bullet_list(payload["setting"]),
         "",
         "## Machine",
         "",
-        "```",
-        *(f"{k}: {v}" for k, v in payload["machine"].items()),
-        "```",
+        bullet_list(payload["machine"]),
     ]
     return "\n".join(lines)
 
