@@ -26,11 +26,17 @@ def execution_providers() -> list[str]:
     return [CUDA, CPU] if CUDA in ort.get_available_providers() else [CPU]
 
 
-def onnx_session(path: Path, threads: int) -> ort.InferenceSession:
+def onnx_session(path: Path, threads: int, spin: bool = False) -> ort.InferenceSession:
     """An inference session on ``threads`` intra-op threads (one inter-op thread: the graphs
-    are sequential, and the service runs one encoder call at a time)."""
+    are sequential, and the service runs one encoder call at a time).
+
+    With ``spin`` off, idle intra-op threads sleep instead of spin-waiting for the next call:
+    spinning threads hold the cores that the index search right after each encoder call needs
+    (measured: 2-core machine, 2 threads, a 0.5 ms HNSW search took 6 ms behind spinning ones).
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -48,11 +54,14 @@ class Encoded:
 class OnnxEncoder:
     """Texts → full embeddings, one batch per call. Thread-safe, but meant for one thread."""
 
-    def __init__(self, bundle_dir: Path, manifest: Manifest, threads: int) -> None:
+    def __init__(
+        self, bundle_dir: Path, manifest: Manifest, threads: int, spin: bool = False
+    ) -> None:
         self.dim = manifest.dim
         self.tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
-        self.session = onnx_session(bundle_dir / ENCODER_FILE, threads)
+        self.session = onnx_session(bundle_dir / ENCODER_FILE, threads, spin)
         self.threads = threads
+        self.spin = spin
 
     @property
     def providers(self) -> list[str]:

@@ -18,6 +18,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,7 @@ from service.limits import check_document_id, check_texts
 from service.metrics import Metrics
 from service.routing import GranularityRouter
 from service.search import Searcher, SearchOutcome, SearchPlan
-from service.settings import Settings
+from service.settings import Settings, available_cores
 
 logger = logging.getLogger("service")
 
@@ -145,6 +146,13 @@ class Runtime:
             max_depth=settings.queue_depth,
         )
         self.searcher = Searcher(collection, manifest, router, settings, metrics)
+        # OpenMP thread counts belong to each thread, so FAISS's is set in every search thread.
+        self._search_executor = ThreadPoolExecutor(
+            max_workers=min(32, available_cores() + 4),
+            thread_name_prefix="search",
+            initializer=faiss.omp_set_num_threads,
+            initargs=(settings.faiss_threads,),
+        )
         self.cache = (
             None
             if settings.redis_url is None
@@ -170,9 +178,10 @@ class Runtime:
             manifest = load_bundle(settings.bundle_dir)
         except BundleError as exc:
             raise StartupError(str(exc)) from exc
-        faiss.omp_set_num_threads(1)  # measured faster than OpenMP threads for these searches
         try:
-            encoder = OnnxEncoder(settings.bundle_dir, manifest, settings.threads)
+            encoder = OnnxEncoder(
+                settings.bundle_dir, manifest, settings.threads, settings.encoder_spin
+            )
             router = GranularityRouter(
                 settings.bundle_dir,
                 manifest,
@@ -210,6 +219,7 @@ class Runtime:
             except asyncio.CancelledError:
                 pass
         await self.batcher.stop()
+        await asyncio.to_thread(self._search_executor.shutdown, wait=True)
         if self.cache is not None:
             await self.cache.close()
         await asyncio.to_thread(self._snapshot_if_changed)
@@ -314,7 +324,9 @@ class Runtime:
         started = loop.time()
         encoded = await self.embed(queries, param, item_params)
         encode_seconds = loop.time() - started
-        outcome = await asyncio.to_thread(self.searcher.run, encoded.vectors, plan)
+        outcome = await loop.run_in_executor(
+            self._search_executor, self.searcher.run, encoded.vectors, plan
+        )
         return outcome, encode_seconds
 
     # -- introspection ---------------------------------------------------------------------
@@ -367,7 +379,12 @@ class Runtime:
                 for index in stats["indexes"].values()
             ],
             "recovery": stats["recovery"],
-            "encoder": {"providers": self.encoder.providers, "threads": self.encoder.threads},
+            "encoder": {
+                "providers": self.encoder.providers,
+                "threads": self.encoder.threads,
+                "spin": self.encoder.spin,
+            },
+            "search_threads": self._search_executor.submit(faiss.omp_get_max_threads).result(),
             "limits": {
                 "max_texts": self.settings.max_texts,
                 "max_chars": self.settings.max_chars,

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     encoder_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = cores")
+    encoder_spin: bool = Field(
+        False, description="ONNX Runtime threads spin-wait between calls (takes searches' cores)"
+    )
+    search_threads: int = Field(1, ge=0, description="FAISS OpenMP threads per search; 0 = cores")
     max_batch_size: int = Field(32, ge=1, description="texts per encoder call")
     max_wait_ms: float = Field(5.0, ge=0, description="how long a batch waits to fill")
     queue_depth: int = Field(1024, ge=1, description="texts waiting before requests get 429")
@@ -122,11 +126,19 @@ class Settings(BaseSettings):
     @property
     def threads(self) -> int:
         """ONNX Runtime intra-op threads: the setting, or the cores this process may use."""
-        if self.encoder_threads:
-            return self.encoder_threads
-        if hasattr(os, "sched_getaffinity"):
-            return len(os.sched_getaffinity(0))
-        return os.cpu_count() or 1
+        return self.encoder_threads or available_cores()
+
+    @property
+    def faiss_threads(self) -> int:
+        """FAISS OpenMP threads in each search thread: the setting, or the cores."""
+        return self.search_threads or available_cores()
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def describe_settings_error(error: ValidationError) -> str:

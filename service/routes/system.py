@@ -50,6 +50,7 @@ class AutoRouting(BaseModel):
 class EncoderInfo(BaseModel):
     providers: list[str]
     threads: int
+    spin: bool = Field(description="Whether idle ONNX Runtime threads spin-wait.")
 
 
 class Limits(BaseModel):
@@ -72,6 +73,7 @@ class Info(BaseModel):
     indexes: list[IndexInfo]
     recovery: dict[str, Any] = Field(description="How the indexes were opened at start-up.")
     encoder: EncoderInfo
+    search_threads: int = Field(description="FAISS OpenMP threads, read in a search thread.")
     limits: Limits
 
 

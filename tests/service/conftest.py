@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import faiss
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -18,15 +17,6 @@ from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
 from tests.service.bundles import identity_bundle, v5_bundle
-
-
-@pytest.fixture(scope="module", autouse=True)
-def restore_faiss_threads() -> Iterator[None]:
-    """Loading a runtime sets FAISS to one OpenMP thread for the whole process; give other test
-    modules back what they started with."""
-    before = faiss.omp_get_max_threads()
-    yield
-    faiss.omp_set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import faiss
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import make_settings, serve
+from tests.service.conftest import make_settings, metric_samples, serve
 
 DOCUMENTS = ["reset my pin", "is it going to rain", "find me a recipe for lasagna"]
 
@@ -29,18 +29,6 @@ def client(settings: Settings) -> Iterator[TestClient]:
         documents = [{"text": text} for text in DOCUMENTS]
         assert client.post("/documents", json={"documents": documents}).status_code == 200
         yield client
-
-
-def _samples(client: TestClient) -> dict[tuple[str, frozenset], float]:
-    """Every sample of /metrics, keyed by name and labels."""
-    response = client.get("/metrics")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
 
 
 def test_not_started_app_is_alive_but_not_ready(settings: Settings) -> None:
@@ -79,18 +67,37 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         assert index["bytes"] > len(DOCUMENTS) * dim * 4  # at least the float32 vectors
     assert sizes[64, "exact"]["bytes"] < sizes[256, "exact"]["bytes"]
     assert info["encoder"]["providers"][-1] == "CPUExecutionProvider"
+    assert info["encoder"]["spin"] is False
+    assert info["search_threads"] == 1
     assert info["limits"]["max_k"] == 100
 
 
+def test_thread_settings_reach_the_encoder_and_the_search_threads(
+    v5_bundle_dir: Path, settings_for: Callable[..., Settings]
+) -> None:
+    """FAISS's OpenMP thread count is per thread: the setting must hold in the threads that
+    search (``/info`` reads it there), and loading a runtime must not change the caller's."""
+    before = faiss.omp_get_max_threads()
+    settings = settings_for(v5_bundle_dir, search_threads=3, encoder_spin=True)
+    with serve(settings) as client:
+        info = client.get("/info").json()
+        assert info["search_threads"] == 3
+        assert info["encoder"]["spin"] is True
+        search = client.get("/search", params={"q": "reset my pin", "index": "hnsw"})
+        assert search.status_code == 200, search.text
+    assert faiss.omp_get_max_threads() == before
+
+
 def test_metrics_follow_the_requests(client: TestClient) -> None:
-    before = _samples(client)
+    before = metric_samples(client)
     search = {"q": "will it snow tomorrow", "granularity": "coarse", "index": "exact"}
     assert client.get("/search", params=search).status_code == 200
     assert client.post("/embed", json={"texts": ["a", "b"], "dims": [64, 128]}).status_code == 200
     assert client.get("/search", params={**search, "k": 0}).status_code == 422
     assert client.get("/documents/a/b").status_code == 404
     assert client.get("/no/such/route").status_code == 404
-    after = _samples(client)
+    after = metric_samples(client)
+    assert client.get("/metrics").headers["content-type"].startswith("text/plain")
 
     def grew(name: str, by: float = 1.0, **labels: str) -> bool:
         key = (name, frozenset(labels.items()))
