@@ -61,6 +61,7 @@ from service.encoder import OnnxEncoder
 from training.data.registry import load_dataset
 from training.encoder import default_model_dir
 from training.evaluation.knn import knn_accuracy_table
+from training.quantize import row_cosines
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
@@ -213,12 +214,6 @@ def encode_all(encode: Encode, texts: Sequence[str]) -> np.ndarray:
         for start in range(0, len(texts), QUALITY_BATCH)
     ]
     return np.concatenate(parts).astype(np.float32)
-
-
-def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine of each row of ``a`` with the same row of ``b``."""
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.sum(a * b, axis=1) / np.maximum(norms, 1e-12)
 
 
 def quality(

@@ -6,39 +6,27 @@ it reads a bundle. The bundle itself is never written to.
 
 - ``fused``: the ONNX Runtime transformer optimiser's BERT fusions (LayerNorm, SkipLayerNorm,
   BiasGelu, attention where its pattern matches) applied offline and saved as fp32;
-- ``int8_*``: :func:`onnxruntime.quantization.quantize_dynamic` of the bundle's graph: int8
-  weights of every MatMul/Gemm, activations quantised per batch at run time.
+- ``int8_*``: :func:`training.quantize.quantize_encoder` of the bundle's graph: int8 weights of
+  every MatMul/Gemm, activations quantised per batch at run time.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization import QuantType
 from onnxruntime.transformers import optimizer
 
 from bundle import ENCODER_FILE, TOKENIZER_FILE
-
-
-@dataclass(frozen=True)
-class Quantisation:
-    """One ``quantize_dynamic`` recipe."""
-
-    weight_type: QuantType
-    per_channel: bool = False
-
-    def describe(self) -> str:
-        scale = "per-channel" if self.per_channel else "per-tensor"
-        return f"dynamic int8, {self.weight_type.name} weights ({scale}), uint8 activations"
-
+from training.quantize import Quantisation, quantize_encoder
 
 QUANTISATIONS: dict[str, Quantisation] = {
-    "ort_int8_s8": Quantisation(QuantType.QInt8),
-    "ort_int8_u8": Quantisation(QuantType.QUInt8),
+    "ort_int8_s8": Quantisation(QuantType.QInt8, per_channel=False),
+    "ort_int8_u8": Quantisation(QuantType.QUInt8, per_channel=False),
     "ort_int8_s8_per_channel": Quantisation(QuantType.QInt8, per_channel=True),
 }
+"""The last is ``fractal quantize``'s default recipe."""
 
 
 def variant_folder(bundle_dir: Path, folder: Path) -> Path:
@@ -66,15 +54,4 @@ def fused_variant(bundle_dir: Path, folder: Path) -> dict:
 def quantised_variant(bundle_dir: Path, folder: Path, recipe: Quantisation) -> None:
     """Write the dynamically quantised graph of the bundle's encoder to ``folder``."""
     target = variant_folder(bundle_dir, folder)
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quantize_dynamic warns "consider pre-processing" every call
-    try:
-        quantize_dynamic(
-            bundle_dir / ENCODER_FILE,
-            target / ENCODER_FILE,
-            weight_type=recipe.weight_type,
-            per_channel=recipe.per_channel,
-        )
-    finally:
-        root.setLevel(level)
+    quantize_encoder(bundle_dir / ENCODER_FILE, target / ENCODER_FILE, recipe)

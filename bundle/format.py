@@ -92,6 +92,8 @@ class Manifest:
     ``granularity`` names two of them (``coarse`` and ``fine``). ``hierarchy`` lists levels coarse
     first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them. ``files`` maps every
     bundle file but the manifest (POSIX path relative to the bundle) to its sha256.
+    ``quantization`` is set when ``encoder.onnx`` was quantised after export
+    (``training.quantize``): how, from which bundle, and what it cost against the fp32 graph.
     """
 
     name: str
@@ -104,6 +106,7 @@ class Manifest:
     created_at: str
     fragment_dim: int | None = None
     compression: dict[str, Any] | None = None
+    quantization: dict[str, Any] | None = None
     hierarchy: tuple[HierarchyLevel, ...] | None = None
     evaluation: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -133,6 +136,10 @@ class Manifest:
             if self.hierarchy is None
             else {"levels": [{"name": lv.name, "labels": list(lv.labels)} for lv in self.hierarchy]}
         )
+        if self.quantization is None:
+            # Added after format 1 shipped: absent rather than null, so that the manifests (and
+            # content hashes) of bundles written before it are unchanged.
+            del data["quantization"]
         return data
 
     @classmethod
@@ -221,18 +228,24 @@ def _check_manifest(manifest: Manifest) -> None:
         _check_hierarchy(manifest.hierarchy)
     if manifest.compression is not None:
         _check_compression(manifest.compression, manifest.prefix_dims)
-    if not isinstance(manifest.evaluation, dict):
-        raise _fail("evaluation", "must be an object")
-    try:
-        json.dumps(manifest.evaluation)
-    except (TypeError, ValueError) as exc:
-        raise _fail("evaluation", f"must be JSON-serialisable: {exc}") from exc
+    _check_json_object(manifest.evaluation, "evaluation")
+    if manifest.quantization is not None:
+        _check_json_object(manifest.quantization, "quantization")
     diff = manifest.onnx_max_abs_diff
     if not isinstance(diff, int | float) or isinstance(diff, bool) or not 0 <= diff < math.inf:
         raise _fail("onnx_max_abs_diff", f"must be a finite number >= 0, not {diff!r}")
     if not isinstance(manifest.created_at, str) or not manifest.created_at:
         raise _fail("created_at", "must be a non-empty ISO 8601 string")
     _check_files(manifest.files)
+
+
+def _check_json_object(value: object, field_name: str) -> None:
+    if not isinstance(value, dict):
+        raise _fail(field_name, "must be an object")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise _fail(field_name, f"must be JSON-serialisable: {exc}") from exc
 
 
 def _check_backbone(backbone: Backbone) -> None:

@@ -392,6 +392,7 @@ class Runtime:
                 "max_k": self.settings.max_k,
                 "c2f_factor": self.settings.c2f_factor,
                 "max_batch_size": self.settings.max_batch_size,
+                "max_wait_ms": self.settings.max_wait_ms,
                 "queue_depth": self.settings.queue_depth,
             },
         }

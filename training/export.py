@@ -111,7 +111,7 @@ def _save_tokenizer(encoder: FrozenEncoder, path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
-def _tokenize(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def tokenize_batch(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """``input_ids`` and ``attention_mask`` (int64, padded to the longest text) for one batch."""
     encodings = tokenizer.encode_batch(texts)
     ids = np.array([e.ids for e in encodings], dtype=np.int64)
@@ -154,7 +154,9 @@ def _export_graphs(
     device = encoder.device
     head_copy = copy.deepcopy(head).to(device).eval() if head is not None else None
     projection = head_copy.projection if head_copy is not None else None
-    ids, mask = _tokenize(tokenizer, ["fractal", "a longer text, so that the batch has padding"])
+    ids, mask = tokenize_batch(
+        tokenizer, ["fractal", "a longer text, so that the batch has padding"]
+    )
     example = (torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
     batch_and_seq = {0: "batch", 1: "sequence"}
     _export_onnx(
@@ -178,6 +180,21 @@ def _export_graphs(
 
 def _cpu_session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def onnx_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
+    """``folder``'s unnormalised embeddings of ``texts`` through its tokenizer.json and
+    encoder.onnx alone, in batches of similar lengths, as the service forms them: padded, but
+    not all to max_tokens."""
+    tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    session = _cpu_session(folder / ENCODER_FILE)
+    order = np.argsort([len(text) for text in texts], kind="stable")
+    batches = []
+    for start in range(0, len(order), CHECK_BATCH_SIZE):
+        batch = order[start : start + CHECK_BATCH_SIZE]
+        ids, mask = tokenize_batch(tokenizer, [texts[i] for i in batch])
+        batches.append(session.run([EMBEDDING], {INPUT_IDS: ids, ATTENTION_MASK: mask})[0])
+    return np.concatenate(batches)[np.argsort(order)]
 
 
 def _max_abs_diff(name: str, onnx_values: np.ndarray, torch_values: np.ndarray) -> float:
@@ -213,15 +230,7 @@ def _check_against_torch(
     for text, expected, got in zip(check_texts, reference_ids, saved_ids, strict=True):
         if got != list(expected):
             raise FractalError(f"{TOKENIZER_FILE} tokenises {text[:60]!r} unlike the encoder")
-    session = _cpu_session(folder / ENCODER_FILE)
-    # Batches of similar lengths, as the service forms them: padded, but not all to max_tokens.
-    order = np.argsort([len(text) for text in check_texts], kind="stable")
-    batches = []
-    for start in range(0, len(order), CHECK_BATCH_SIZE):
-        batch = order[start : start + CHECK_BATCH_SIZE]
-        ids, mask = _tokenize(tokenizer, [check_texts[i] for i in batch])
-        batches.append(session.run([EMBEDDING], {INPUT_IDS: ids, ATTENTION_MASK: mask})[0])
-    onnx_embedding = np.concatenate(batches)[np.argsort(order)]
+    onnx_embedding = onnx_embeddings(folder, check_texts)
     features = torch.from_numpy(encoder.encode(check_texts, progress=False))
     if head is None:
         return _max_abs_diff(EMBEDDING, onnx_embedding, features.numpy())
@@ -279,7 +288,7 @@ def _check_arguments(
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
 
 
-def _install(staging: Path, out_dir: Path) -> None:
+def install_staged(staging: Path, out_dir: Path) -> None:
     """Move the finished ``staging`` directory to ``out_dir``, replacing what was there."""
     if not out_dir.exists():
         staging.rename(out_dir)
@@ -362,7 +371,7 @@ def export_bundle(
         )
         written = write_manifest(staging, replace(draft, onnx_max_abs_diff=diff))
         load_bundle(staging)
-        _install(staging, out_dir)
+        install_staged(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

@@ -60,6 +60,7 @@ class Limits(BaseModel):
     max_k: int
     c2f_factor: int
     max_batch_size: int
+    max_wait_ms: float
     queue_depth: int
 
 

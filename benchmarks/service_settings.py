@@ -1,0 +1,330 @@
+"""Service settings side by side through the live service: encoder precision, ONNX Runtime
+thread spinning and the micro-batch wait, measured on coarse ``/search`` at several concurrencies.
+
+    python -m benchmarks.service_settings                      # about 15 minutes
+    python -m benchmarks.service_settings --smoke --out DIR    # well under a minute
+
+Variants, each a ``python -m service`` process (:mod:`benchmarks.live_service`) with the
+settings named, all others at their defaults:
+
+- ``fp32``: the fp32 bundle;
+- ``fp32, old defaults``: the fp32 bundle with ``FRACTAL_ENCODER_SPIN=true`` and
+  ``FRACTAL_MAX_WAIT_MS=5``, the service's behaviour before those settings existed / changed;
+- ``int8``: the same bundle with a dynamic int8 encoder (``fractal quantize``; made here from
+  the fp32 bundle unless ``--int8-bundle`` is given);
+- ``int8, spin``: the int8 bundle with ``FRACTAL_ENCODER_SPIN=true``;
+- ``int8, wait 5 ms``: the int8 bundle with ``FRACTAL_MAX_WAIT_MS=5``.
+
+Each bundle's corpus (:func:`benchmarks.http_load.corpus`) is ingested once into its own index
+folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder and runs
+every concurrency (:func:`benchmarks.http_load.run_cell`), so that a drift in the shared machine's
+speed hits every variant alike. A variant's QPS at a concurrency is its answered requests over
+its seconds, summed over the rounds; p50 and p99 are the medians of the rounds' percentiles.
+Loopback only; the client shares the 2 cores with the service.
+
+Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
+``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import faiss
+import httpx
+import matplotlib
+import numpy as np
+
+from benchmarks import http_load
+from benchmarks.live_service import live_service
+from benchmarks.reporting import (
+    Progress,
+    benchmark_parser,
+    bullet_list,
+    markdown_table,
+    publish,
+    record_end_load,
+    results_name,
+)
+from benchmarks.search_measure import machine_header
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+FP32, INT8 = "fp32", "int8"
+WORKLOAD = next(w for w in http_load.WORKLOADS if w.name == "coarse")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A service process: which bundle it serves and the settings that differ from defaults."""
+
+    name: str
+    bundle: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+VARIANTS = (
+    Variant("fp32", FP32),
+    Variant("fp32, old defaults", FP32, (("encoder_spin", "true"), ("max_wait_ms", "5"))),
+    Variant("int8", INT8),
+    Variant("int8, spin", INT8, (("encoder_spin", "true"),)),
+    Variant("int8, wait 5 ms", INT8, (("max_wait_ms", "5"),)),
+)
+BASELINE = "fp32, old defaults"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
+
+    documents: int = 20_000
+    queries: int = 2_000
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    requests_per_cell: int = 600
+    seconds_per_cell: float = 12.0
+    warmup_requests: int = 24
+    rounds: int = 2
+    check_texts: int = 300
+    seed: int = 0
+
+
+SMOKE = Settings(
+    documents=300,
+    queries=40,
+    concurrency=(1, 4),
+    requests_per_cell=12,
+    seconds_per_cell=5.0,
+    warmup_requests=2,
+    rounds=1,
+    check_texts=20,
+)
+
+
+def _load_settings(settings: Settings) -> http_load.Settings:
+    """The HTTP load test's settings for the corpus, the ingest and the cells."""
+    return replace(
+        http_load.SMOKE if settings.documents < 1000 else http_load.Settings(),
+        documents=settings.documents,
+        queries=settings.queries,
+        seed=settings.seed,
+    )
+
+
+def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
+    """The int8 twin of ``fp32`` under ``work`` (``fractal quantize``'s recipe)."""
+    from training.quantize import quantize_bundle
+
+    target = work / "bundle-int8"
+    quantize_bundle(fp32, target, texts)
+    return target
+
+
+async def _cells(base_url: str, queries: list[str], settings: Settings, offset: int) -> list:
+    load = _load_settings(settings)
+    rows = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+        for concurrency in settings.concurrency:
+            await http_load.run_cell(
+                client, WORKLOAD, queries, concurrency, settings.warmup_requests, 60.0, offset,
+                load,
+            )
+            rows.append(
+                await http_load.run_cell(
+                    client, WORKLOAD, queries, concurrency, settings.requests_per_cell,
+                    settings.seconds_per_cell, offset, load,
+                )
+            )
+    return rows
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """One row per variant and concurrency, pooled over the rounds (see the module docstring)."""
+    summary = []
+    keys = dict.fromkeys((row["variant"], row["concurrency"]) for row in rows)
+    for variant, concurrency in keys:
+        cells = [r for r in rows if (r["variant"], r["concurrency"]) == (variant, concurrency)]
+        stages = [cell.get("server_median_ms", {}) for cell in cells]
+        summary.append(
+            {
+                "variant": variant,
+                "concurrency": concurrency,
+                "requests": sum(cell["requests"] for cell in cells),
+                "failed": sum(cell["failed"] for cell in cells),
+                "qps": sum(cell["ok"] for cell in cells) / sum(cell["seconds"] for cell in cells),
+                "p50_ms": float(np.median([cell["p50_ms"] for cell in cells])),
+                "p99_ms": float(np.median([cell["p99_ms"] for cell in cells])),
+                "encode_ms": float(np.median([s.get("encode", np.nan) for s in stages])),
+                "search_ms": float(np.median([s.get("search", np.nan) for s in stages])),
+            }
+        )
+    baseline = {row["concurrency"]: row for row in summary if row["variant"] == BASELINE}
+    for row in summary:
+        base = baseline[row["concurrency"]]
+        row["qps_vs_baseline"] = row["qps"] / base["qps"]
+        row["p50_vs_baseline"] = row["p50_ms"] / base["p50_ms"]
+    return summary
+
+
+def write_markdown(report: dict) -> str:
+    table = markdown_table(
+        [
+            "variant", "concurrency", "requests", "failed", "QPS", f"QPS / {BASELINE}",
+            "p50 ms", f"p50 / {BASELINE}", "p99 ms", "encode ms", "search ms",
+        ],
+        [
+            [
+                row["variant"], row["concurrency"], row["requests"], row["failed"],
+                f"{row['qps']:.1f}", f"{row['qps_vs_baseline']:.2f}", f"{row['p50_ms']:.1f}",
+                f"{row['p50_vs_baseline']:.2f}", f"{row['p99_ms']:.1f}",
+                f"{row['encode_ms']:.2f}", f"{row['search_ms']:.3f}",
+            ]
+            for row in report["summary"]
+        ],
+    )
+    quantization = report["bundles"][INT8]["quantization"]
+    return "\n".join(
+        [
+            "# Service settings side by side",
+            "",
+            f"Command: `{report['command']}`. Coarse `/search` (64-d HNSW, k 10) through the live "
+            "service on loopback; the client shares the machine's cores. `encode ms` and "
+            "`search ms` are the service's own medians (`timings_ms`; encode includes the "
+            "micro-batch wait).",
+            "",
+            "## Results",
+            "",
+            table,
+            "",
+            "## Bundles",
+            "",
+            bullet_list({name: bundle["path"] for name, bundle in report["bundles"].items()}),
+            f"- int8 cosine to fp32: {quantization['cosine_to_fp32']}",
+            "",
+            "## Variants",
+            "",
+            bullet_list({v["name"]: f"{v['bundle']} bundle, {dict(v['settings'])}"
+                         for v in report["variants"]}),
+            "",
+            "## Corpus",
+            "",
+            bullet_list(report["corpus"]),
+            "",
+            "## Settings",
+            "",
+            bullet_list(report["settings"]),
+            "",
+            "## Machine",
+            "",
+            bullet_list(report["machine"]),
+        ]
+    )
+
+
+def plot(report: dict, path: Path) -> None:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for variant in VARIANTS:
+        rows = [row for row in report["summary"] if row["variant"] == variant.name]
+        x = [row["concurrency"] for row in rows]
+        style = "-" if variant.bundle == INT8 else "--"
+        left.plot(x, [row["qps"] for row in rows], style, marker="o", label=variant.name)
+        right.plot(x, [row["p50_ms"] for row in rows], style, marker="o", label=variant.name)
+    for axis, label in ((left, "requests per second"), (right, "p50 latency (ms)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent requests")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    left.set_title(f"Coarse search, {report['corpus']['documents']:,} documents")
+    right.set_yscale("log")
+    right.set_title("Median latency")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def run(
+    settings: Settings,
+    bundle: Path,
+    int8: Path | None,
+    smoke: bool,
+    out: Path,
+    progress: bool,
+    command: str,
+) -> list[Path]:
+    say = Progress(progress)
+    header = machine_header(faiss.omp_get_max_threads())
+    load = _load_settings(settings)
+    texts, sources, queries, description = http_load.corpus(load)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as temporary:
+        work = Path(temporary)
+        if int8 is None:
+            say("quantising the encoder")
+            int8 = int8_bundle(bundle, work, queries[: settings.check_texts])
+        bundles = {FP32: bundle, INT8: int8}
+        log = work / "service.log"
+        for name, path in bundles.items():
+            say(f"ingesting {len(texts):,} documents with the {name} bundle")
+            with live_service(path, work / f"index-{name}", log, snapshot_interval_s=0) as url:
+                asyncio.run(http_load.ingest(url, texts, sources, load, progress))
+        infos = {}
+        for round_number in range(settings.rounds):
+            for position, variant in enumerate(VARIANTS):
+                say(f"round {round_number + 1}: {variant.name}")
+                offset = (round_number * len(VARIANTS) + position) * settings.requests_per_cell
+                with live_service(
+                    bundles[variant.bundle], work / f"index-{variant.bundle}", log,
+                    snapshot_interval_s=0, **dict(variant.settings),
+                ) as url:
+                    infos[variant.name] = httpx.get(f"{url}/info", timeout=60).json()
+                    for row in asyncio.run(_cells(url, queries, settings, offset)):
+                        rows.append({"variant": variant.name, "round": round_number, **row})
+    record_end_load(header)
+    report = {
+        "smoke": smoke,
+        "command": command,
+        "machine": header,
+        "corpus": description,
+        "settings": asdict(settings),
+        "bundles": {
+            name: {
+                "path": str(bundles[name]),
+                "quantization": infos[next(v.name for v in VARIANTS if v.bundle == name)][
+                    "manifest"
+                ].get("quantization"),
+            }
+            for name in bundles
+        },
+        "variants": [
+            {**asdict(v), "encoder": infos[v.name]["encoder"], "limits": infos[v.name]["limits"]}
+            for v in VARIANTS
+        ],
+        "rows": rows,
+        "summary": summarise(rows),
+        "seconds": say.elapsed,
+    }
+    return publish(out, results_name("service_settings", smoke), report, write_markdown, plot, say)
+
+
+def main() -> None:
+    parser = benchmark_parser(__doc__, "300 documents, a dozen requests per cell (seconds)")
+    parser.add_argument(
+        "--bundle", type=Path, default=http_load.DEFAULT_BUNDLE, help="the fp32 bundle"
+    )
+    parser.add_argument("--int8-bundle", type=Path, help="its int8 twin (default: made here)")
+    args = parser.parse_args()
+    for given in (args.bundle, args.int8_bundle):
+        if given is not None and not (given / "manifest.json").is_file():
+            parser.error(f"{given}: no manifest.json (make one with `fractal run`)")
+    settings = SMOKE if args.smoke else Settings()
+    command = "python -m benchmarks.service_settings " + " ".join(sys.argv[1:])
+    run(settings, args.bundle, args.int8_bundle, args.smoke, args.out, not args.quiet, command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The service-settings benchmark: a smoke run against real service processes (no timings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import service_settings
+from benchmarks.service_settings import SMOKE, VARIANTS
+from tests.service.bundles import v5_bundle
+
+
+def test_service_settings_smoke_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path / "results"
+    paths = service_settings.run(
+        SMOKE, v5_bundle(tmp_path_factory), None, True, out, False, "test"
+    )
+    assert sorted(path.name for path in paths) == [
+        f"service_settings_smoke.{suffix}" for suffix in ("json", "md", "png")
+    ]
+    report = json.loads((out / "service_settings_smoke.json").read_text(encoding="utf-8"))
+
+    int8 = report["bundles"]["int8"]["quantization"]
+    assert report["bundles"]["fp32"]["quantization"] is None
+    assert int8["weight_type"] == "QInt8" and int8["per_channel"] is True
+    assert 0.9 <= int8["cosine_to_fp32"]["mean"] <= 1.0
+    # Every variant ran with the settings it names: the service reports them in /info.
+    for variant in report["variants"]:
+        settings = dict(variant["settings"])
+        assert variant["encoder"]["spin"] is (settings.get("encoder_spin") == "true")
+        assert variant["limits"]["max_wait_ms"] == float(settings.get("max_wait_ms", 0))
+    cells = {(row["variant"], row["concurrency"]) for row in report["summary"]}
+    assert cells == {(v.name, c) for v in VARIANTS for c in SMOKE.concurrency}
+    for row in report["summary"]:
+        assert row["failed"] == 0 and row["requests"] > 0, row
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+    baseline = [r for r in report["summary"] if r["variant"] == service_settings.BASELINE]
+    assert all(row["qps_vs_baseline"] == 1.0 for row in baseline)
