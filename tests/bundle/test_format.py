@@ -174,6 +174,7 @@ def test_heads_without_hierarchy(bundle_dir: Path) -> None:
         (lambda m: m.update(hierarchy=[]), "hierarchy must be an object"),
         (lambda m: m.update(onnx_max_abs_diff=-1), "onnx_max_abs_diff must be a finite number"),
         (lambda m: m.update(evaluation=None), "evaluation must be an object"),
+        (lambda m: m.update(quantization="int8"), "quantization must be an object"),
         (lambda m: m["files"].update({"../x": "0" * 64}), "lists '../x', which is not a relative"),
         (lambda m: m["files"].update({ENCODER_FILE: "abc"}), "is not a sha256 hex digest"),
         (lambda m: m.pop("files"), "missing required field.s. files"),
@@ -223,3 +224,23 @@ def test_compression_parts_round_trip(bundle_dir: Path) -> None:
     (bundle_dir / "pq_codebooks.npy").write_bytes(b"codebook bytes")
     written = write_manifest(bundle_dir, _manifest(compression={"pq": _PQ}))
     assert load_bundle(bundle_dir) == written and written.compression["pq"]["m"] == 8
+
+
+def test_manifests_without_quantization_keep_their_bytes_and_hash(bundle_dir: Path) -> None:
+    """``quantization`` came after format 1 shipped: a bundle without it must read, hash and
+    rewrite exactly as before (no ``"quantization": null``), or index folders made with it
+    would be refused as made by another bundle."""
+    text = (bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8")
+    assert "quantization" not in text
+    manifest = load_bundle(bundle_dir)
+    assert manifest.quantization is None and "quantization" not in manifest.to_json()
+    assert write_manifest(bundle_dir, manifest).content_hash == manifest.content_hash
+    assert (bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8") == text
+
+
+def test_quantization_round_trips_and_changes_the_hash(bundle_dir: Path) -> None:
+    before = load_bundle(bundle_dir)
+    quantization = {"weight_type": "QInt8", "per_channel": True}
+    written = write_manifest(bundle_dir, _manifest(quantization=quantization))
+    assert load_bundle(bundle_dir) == written and written.quantization == quantization
+    assert written.content_hash != before.content_hash
