@@ -30,7 +30,7 @@ random sentences of the corpus joined by a space (seeded; all texts distinct). Q
 in-scope test utterances, held out of the corpus. The client runs on the same 2 cores as the
 service; its CPU time per cell is recorded.
 
-Writes ``http_load[_smoke].{json,md,png}`` under ``--out`` (default ``benchmarks/results``).
+Writes ``http_load[_TAG][_smoke].{json,md,png}`` under ``--out`` (default ``benchmarks/results``).
 """
 
 from __future__ import annotations
@@ -514,6 +514,7 @@ def run(
     progress: bool,
     index_dir: Path | None = None,
     command: str = "python -m benchmarks.http_load",
+    tag: str = "",
 ) -> list[Path]:
     say = Progress(progress)
     header = machine_header(faiss.omp_get_max_threads())
@@ -567,7 +568,8 @@ def run(
         "targets": targets(rows, settings),
         "seconds": say.elapsed,
     }
-    return publish(out, results_name("http_load", smoke), report, write_markdown, plot, say)
+    name = results_name("http_load" + (f"_{tag}" if tag else ""), smoke)
+    return publish(out, name, report, write_markdown, plot, say)
 
 
 def main() -> None:
@@ -578,6 +580,7 @@ def main() -> None:
     parser.add_argument(
         "--index-dir", type=Path, help="keep the service's index here and reuse it next time"
     )
+    parser.add_argument("--tag", default="", help="added to the result file names")
     args = parser.parse_args()
     if not (args.bundle / "manifest.json").is_file():
         parser.error(f"--bundle {args.bundle}: no manifest.json (make one with `fractal run`)")
@@ -587,7 +590,10 @@ def main() -> None:
     if args.seconds_per_cell:
         settings = replace(settings, seconds_per_cell=args.seconds_per_cell)
     command = "python -m benchmarks.http_load " + " ".join(sys.argv[1:])
-    run(settings, args.bundle, args.smoke, args.out, not args.quiet, args.index_dir, command)
+    run(
+        settings, args.bundle, args.smoke, args.out, not args.quiet, args.index_dir, command,
+        args.tag,
+    )
 
 
 if __name__ == "__main__":

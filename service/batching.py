@@ -3,12 +3,7 @@
 Requests put their texts in one queue and await a future. A single worker task takes up to
 ``max_batch`` texts at a time, across requests, once the batch is full or its oldest text has
 waited ``max_wait`` seconds, and runs the encoder in a dedicated thread, so the event loop never
-blocks on inference. While a batch runs, the next one fills.
-
-The wait is adaptive: an idle encoder waits for its batch to fill only while requests come
-concurrently (recent batches held more than :data:`CONCURRENT_REQUESTS` requests on average).
-One request at a time is encoded at once, since no other request will join its batch; under
-concurrent load the wait makes fewer, larger encoder calls. The queue holds at most
+blocks on inference. While a batch runs, the next one fills. The queue holds at most
 ``max_depth`` texts; a request that does not fit is refused at once with :class:`Overloaded`
 (HTTP 429) and a ``Retry-After`` estimated from recent batch times.
 """
@@ -30,9 +25,7 @@ from service.errors import NotReady, Overloaded
 from service.metrics import Metrics
 
 SMOOTHING = 0.2
-"""Weight of the newest batch in the running means of batch durations and requests per batch."""
-CONCURRENT_REQUESTS = 1.5
-"""Mean requests per batch above which an idle encoder waits up to ``max_wait`` to fill one."""
+"""Weight of the newest batch in the running mean of batch durations."""
 
 
 @dataclass(eq=False)
@@ -75,7 +68,6 @@ class MicroBatcher:
         self._worker: asyncio.Task | None = None
         self._in_flight: list[_Item] = []
         self._batch_seconds = 0.0
-        self._requests_per_batch = 1.0
 
     @property
     def depth(self) -> int:
@@ -130,13 +122,11 @@ class MicroBatcher:
         return await future
 
     async def _next_batch(self) -> list[_Item]:
-        """Wait for texts, then (under concurrent load) until the batch is full or its oldest
-        text is due."""
+        """Wait for texts, then until the batch is full or its oldest text is due."""
         while not self._items:
             self._arrived.clear()
             await self._arrived.wait()
-        concurrent = self._requests_per_batch > CONCURRENT_REQUESTS
-        deadline = self._items[0].enqueued + (self.max_wait_s if concurrent else 0.0)
+        deadline = self._items[0].enqueued + self.max_wait_s
         while len(self._items) < self.max_batch and (remaining := deadline - time.monotonic()) > 0:
             self._arrived.clear()
             try:
@@ -162,8 +152,6 @@ class MicroBatcher:
             for item in batch:
                 self._metrics.queue_wait_seconds.observe(started - item.enqueued)
             self._metrics.encode_batch_size.observe(len(batch))
-            requests = len({item.ticket for item in batch})
-            self._requests_per_batch += SMOOTHING * (requests - self._requests_per_batch)
             try:
                 encoded = await loop.run_in_executor(
                     self._executor, self._encode, [item.text for item in batch]

@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     search_threads: int = Field(1, ge=0, description="FAISS OpenMP threads per search; 0 = cores")
     max_batch_size: int = Field(32, ge=1, description="texts per encoder call")
     max_wait_ms: float = Field(
-        5.0, ge=0, description="how long an idle encoder waits for a batch to fill (under load)"
+        0.0, ge=0, description="how long an idle encoder waits for a batch to fill; 0 = not at all"
     )
     queue_depth: int = Field(1024, ge=1, description="texts waiting before requests get 429")
     max_texts: int = Field(128, ge=1, description="texts (or documents, or queries) per request")

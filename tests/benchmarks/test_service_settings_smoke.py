@@ -32,7 +32,7 @@ def test_service_settings_smoke_run(
     for variant in report["variants"]:
         settings = dict(variant["settings"])
         assert variant["encoder"]["spin"] is (settings.get("encoder_spin") == "true")
-        assert variant["limits"]["max_wait_ms"] == float(settings.get("max_wait_ms", 5))
+        assert variant["limits"]["max_wait_ms"] == float(settings.get("max_wait_ms", 0))
     cells = {(row["variant"], row["concurrency"]) for row in report["summary"]}
     assert cells == {(v.name, c) for v in VARIANTS for c in SMOKE.concurrency}
     for row in report["summary"]:

@@ -100,36 +100,6 @@ async def test_requests_queued_during_a_batch_are_merged_in_order(encoder: OnnxE
     await batcher.stop()
 
 
-async def test_an_idle_encoder_waits_for_a_batch_only_under_concurrent_load(
-    encoder: OnnxEncoder,
-) -> None:
-    gated = GatedEncoder(encoder)
-    gated.gate.set()
-    batcher = MicroBatcher(gated, Metrics(), max_batch=2, max_wait_s=WAIT_S, max_depth=16)
-    batcher.start()
-    # One request at a time: encoded at once, never held back for max_wait (30 s).
-    for text in ("one", "at", "a time"):
-        await asyncio.wait_for(batcher.embed([text]), WAIT_S / 3)
-    assert gated.batch_sizes == [1, 1, 1]
-    # Pairs of concurrent requests (each pair fills a batch, so nothing waits) raise the mean
-    # requests per batch past the threshold.
-    for _ in range(5):
-        pair = asyncio.gather(batcher.embed(["x"]), batcher.embed(["y"]))
-        await asyncio.wait_for(pair, WAIT_S / 3)
-    gated.batch_sizes.clear()
-    # Now a lone request waits for company: a second one, sent after the worker has woken up
-    # for the first (without the wait it would encode the first alone), joins its batch.
-    first = asyncio.create_task(batcher.embed(["first"]))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert batcher.depth == 1 and not first.done()
-    second = await asyncio.wait_for(batcher.embed(["second"]), WAIT_S / 3)
-    await asyncio.wait_for(first, WAIT_S / 3)
-    assert gated.batch_sizes == [2]
-    _assert_encodes(encoder, ["second"], second)
-    await batcher.stop()
-
-
 async def test_a_large_request_is_split_into_max_batch_chunks(encoder: OnnxEncoder) -> None:
     gated = GatedEncoder(encoder)
     gated.gate.set()
