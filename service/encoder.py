@@ -31,8 +31,8 @@ def onnx_session(path: Path, threads: int, spin: bool = False) -> ort.InferenceS
     are sequential, and the service runs one encoder call at a time).
 
     With ``spin`` off, idle intra-op threads sleep instead of spin-waiting for the next call:
-    spinning threads hold the cores that the index search right after each encoder call needs
-    (measured: 2-core machine, 2 threads, a 0.5 ms HNSW search took 6 ms behind spinning ones).
+    spinning threads hold the cores that the index search and the HTTP work between encoder
+    calls need (``benchmarks/service_settings``: up to 16% of QPS on 2 cores).
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
