@@ -14,6 +14,8 @@ import copy
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -266,10 +268,7 @@ def _check_arguments(
             raise FractalError(f"report file name {file_name!r} is reserved for the bundle")
         if not Path(source).is_file():
             raise FractalError(f"report file not found: {source}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FractalError(f"bundle path {out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise FractalError(f"bundle directory {out_dir} is not empty (pass overwrite=True)")
+    check_out_dir(out_dir, overwrite)
     if not check_texts or not all(isinstance(t, str) and t.strip() for t in check_texts):
         raise FractalError("check_texts must be a non-empty list of non-empty texts")
     if head is None:
@@ -288,15 +287,40 @@ def _check_arguments(
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
 
 
-def install_staged(staging: Path, out_dir: Path) -> None:
-    """Move the finished ``staging`` directory to ``out_dir``, replacing what was there."""
-    if not out_dir.exists():
+def check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """A bundle may go to ``out_dir``: absent, empty, or to be replaced (``overwrite``)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FractalError(f"bundle path {out_dir} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise FractalError(f"bundle directory {out_dir} is not empty (pass --overwrite)")
+
+
+@contextmanager
+def staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A new folder beside ``out_dir`` to build a bundle in; whatever is left of it (all of it,
+    unless :func:`install_bundle` moved it) is removed when the block ends."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp.", dir=out_dir.parent))
+    try:
+        yield staging
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def install_bundle(staging: Path, manifest: Manifest, out_dir: Path) -> Manifest:
+    """Hash ``staging``'s files into ``manifest``, write it, verify the bundle as the service
+    will, then move it to ``out_dir`` (replacing what was there); the written manifest."""
+    written = write_manifest(staging, manifest)
+    load_bundle(staging)
+    if out_dir.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+        out_dir.rename(retired / out_dir.name)
         staging.rename(out_dir)
-        return
-    retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-    out_dir.rename(retired / out_dir.name)
-    staging.rename(out_dir)
-    shutil.rmtree(retired)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(out_dir)
+    return written
 
 
 def export_bundle(
@@ -359,9 +383,7 @@ def export_bundle(
         )
     except BundleError as exc:
         raise FractalError(f"cannot export bundle {name!r}: {exc}") from exc
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp.", dir=out_dir.parent))
-    try:
+    with staging_dir(out_dir) as staging:
         for file_name, source in report_files.items():
             shutil.copyfile(source, staging / file_name)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
@@ -369,13 +391,7 @@ def export_bundle(
         diff = _check_against_torch(
             staging, encoder, head, draft.coarse_dim, check_texts, with_heads
         )
-        written = write_manifest(staging, replace(draft, onnx_max_abs_diff=diff))
-        load_bundle(staging)
-        install_staged(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return written
+        return install_bundle(staging, replace(draft, onnx_max_abs_diff=diff), out_dir)
 
 
 def identity_prefix_dims(hidden_size: int) -> list[int]:

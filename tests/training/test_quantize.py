@@ -11,6 +11,7 @@ import pytest
 
 from bundle import ENCODER_FILE, MANIFEST_FILE, load_bundle
 from tests.service.bundles import v5_bundle
+from training import quantize
 from training.cli import main
 from training.errors import FractalError
 from training.export import onnx_embeddings
@@ -103,6 +104,16 @@ def test_a_tampered_source_is_refused(source: Path, tmp_path: Path) -> None:
     (copy / ENCODER_FILE).write_bytes(b"not the exported graph")
     with pytest.raises(FractalError, match="does not match its sha256"):
         quantize_bundle(copy, tmp_path / "out", TEXTS)
+
+
+def test_a_graph_far_from_fp32_is_refused_and_not_written(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stand-in for a broken quantisation: the cosines the check computes come out at 0.5.
+    monkeypatch.setattr(quantize, "row_cosines", lambda a, b: np.full(len(a), 0.5))
+    with pytest.raises(FractalError, match="mean cosine 0.5000 .* not written"):
+        quantize_bundle(source, tmp_path / "out", TEXTS)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_overwrite_replaces_a_bundle(source: Path, tmp_path: Path) -> None:
