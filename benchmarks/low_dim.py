@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.reporting import bullet_list, markdown_table, record_end_load, write_results  # noqa: E402
+from benchmarks.reporting import bullet_sections, markdown_table, record_end_load, write_results  # noqa: E402
 from benchmarks.search_measure import machine_header  # noqa: E402
 from training.data.registry import load_dataset  # noqa: E402
 from training.encoder import FrozenEncoder  # noqa: E402
@@ -95,13 +95,7 @@ def _markdown(payload: dict) -> str:
             ],
         ),
         "",
-        "## Setting",
-        "",
-        bullet_list(payload["setting"]),
-        "",
-        "## Machine",
-        "",
-        bullet_list(payload["machine"]),
+        *bullet_sections({"Setting": payload["setting"], "Machine": payload["machine"]}),
     ]
     return "\n".join(lines)
 

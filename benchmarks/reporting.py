@@ -92,6 +92,15 @@ def bullet_list(header: Mapping) -> str:
     )
 
 
+def bullet_sections(sections: Mapping[str, Mapping]) -> list[str]:
+    """Lines of one ``## title`` section per entry, each a :func:`bullet_list` of its flat dict,
+    separated by blank lines: the parameter sections that end a results file."""
+    lines: list[str] = []
+    for title, values in sections.items():
+        lines += ["", f"## {title}", "", bullet_list(values)]
+    return lines[1:]
+
+
 def record_end_load(header: dict) -> None:
     """Add the load average now (the end of the run) to a machine header."""
     header["load_average_1_5_15_min_at_end"] = [round(x, 2) for x in os.getloadavg()]

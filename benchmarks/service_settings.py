@@ -46,6 +46,7 @@ from benchmarks.reporting import (
     Progress,
     benchmark_parser,
     bullet_list,
+    bullet_sections,
     markdown_table,
     publish,
     record_end_load,
@@ -211,17 +212,9 @@ def write_markdown(report: dict) -> str:
             bullet_list({v["name"]: f"{v['bundle']} bundle, {dict(v['settings'])}"
                          for v in report["variants"]}),
             "",
-            "## Corpus",
-            "",
-            bullet_list(report["corpus"]),
-            "",
-            "## Settings",
-            "",
-            bullet_list(report["settings"]),
-            "",
-            "## Machine",
-            "",
-            bullet_list(report["machine"]),
+            *bullet_sections(
+                {key.title(): report[key] for key in ("corpus", "settings", "machine")}
+            ),
         ]
     )
 

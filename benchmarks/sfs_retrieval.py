@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.reporting import bullet_list, markdown_table, record_end_load, write_results
+from benchmarks.reporting import bullet_sections, markdown_table, record_end_load, write_results
 from benchmarks.search_measure import machine_header
 from training.encoder import FrozenEncoder
 from training.evaluation.ranking import ranking_metrics
@@ -70,13 +70,7 @@ def _markdown(payload: dict) -> str:
              for f in payload["fragment_dims"]],
         ),
         "",
-        "## Setting",
-        "",
-        bullet_list(payload["setting"]),
-        "",
-        "## Machine",
-        "",
-        bullet_list(payload["machine"]),
+        *bullet_sections({"Setting": payload["setting"], "Machine": payload["machine"]}),
     ]
     return "\n".join(lines)
 
