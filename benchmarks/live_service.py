@@ -34,11 +34,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextmanager
-def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -> Iterator[str]:
-    """Run the service until the block ends (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``);
-    yield its base URL once ``/ready`` answers 200. Its output goes to ``log``."""
-    port = free_port()
+def service_environment(
+    bundle: Path, index_dir: Path, port: int, **settings: object
+) -> dict[str, str]:
+    """This process's environment without its ``FRACTAL_*`` variables, plus the service's
+    bundle, index folder, loopback port, ``warning`` log level and ``settings``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
     env.update(
         FRACTAL_BUNDLE_DIR=str(bundle),
@@ -46,8 +46,17 @@ def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -
         FRACTAL_HOST="127.0.0.1",
         FRACTAL_PORT=str(port),
         FRACTAL_LOG_LEVEL="warning",
-        **{f"FRACTAL_{name.upper()}": str(value) for name, value in settings.items()},
     )
+    env.update({f"FRACTAL_{name.upper()}": str(value) for name, value in settings.items()})
+    return env
+
+
+@contextmanager
+def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -> Iterator[str]:
+    """Run the service until the block ends (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``);
+    yield its base URL once ``/ready`` answers 200. Its output goes to ``log``."""
+    port = free_port()
+    env = service_environment(bundle, index_dir, port, **settings)
     base_url = f"http://127.0.0.1:{port}"
     with log.open("ab") as output:
         process = subprocess.Popen(

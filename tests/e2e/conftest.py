@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.live_service import free_port, service_environment
 from tests.service.bundles import identity_bundle, v5_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,12 +31,6 @@ def identity_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def v5_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return v5_bundle(tmp_path_factory)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -65,18 +58,9 @@ class Server:
 def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str) -> Server:
     """Start ``python -m service`` and wait until ``/ready`` answers 200 (asked with the first
     of the ``api_keys``, if any)."""
-    port = _free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
-    env.update(
-        FRACTAL_BUNDLE_DIR=str(bundle_dir),
-        FRACTAL_INDEX_DIR=str(index_dir),
-        FRACTAL_HOST="127.0.0.1",
-        FRACTAL_PORT=str(port),
-        FRACTAL_LOG_LEVEL="warning",
-        FRACTAL_SNAPSHOT_INTERVAL_S="0",
-        FRACTAL_ENCODER_THREADS="1",
-    )
-    env.update({f"FRACTAL_{name.upper()}": value for name, value in variables.items()})
+    port = free_port()
+    defaults = {"snapshot_interval_s": "0", "encoder_threads": "1"}
+    env = service_environment(bundle_dir, index_dir, port, **(defaults | variables))
     with log.open("ab") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=output, stderr=output
