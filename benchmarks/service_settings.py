@@ -53,6 +53,7 @@ from benchmarks.reporting import (
     results_name,
 )
 from benchmarks.search_measure import machine_header
+from bundle import load_bundle
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -108,9 +109,9 @@ SMOKE = Settings(
 
 
 def _load_settings(settings: Settings) -> http_load.Settings:
-    """The HTTP load test's settings for the corpus, the ingest and the cells."""
+    """The HTTP load test's settings for its corpus, ingest and cells (k, ingest batches)."""
     return replace(
-        http_load.SMOKE if settings.documents < 1000 else http_load.Settings(),
+        http_load.Settings(),
         documents=settings.documents,
         queries=settings.queries,
         seed=settings.seed,
@@ -126,8 +127,9 @@ def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
     return target
 
 
-async def _cells(base_url: str, queries: list[str], settings: Settings, offset: int) -> list:
-    load = _load_settings(settings)
+async def _cells(
+    base_url: str, queries: list[str], settings: Settings, load: http_load.Settings, offset: int
+) -> list:
     rows = []
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
         for concurrency in settings.concurrency:
@@ -261,6 +263,10 @@ def run(
             say("quantising the encoder")
             int8 = int8_bundle(bundle, work, queries[: settings.check_texts])
         bundles = {FP32: bundle, INT8: int8}
+        described = {
+            name: {"path": str(path), "quantization": load_bundle(path).quantization}
+            for name, path in bundles.items()
+        }
         log = work / "service.log"
         for name, path in bundles.items():
             say(f"ingesting {len(texts):,} documents with the {name} bundle")
@@ -276,7 +282,7 @@ def run(
                     snapshot_interval_s=0, **dict(variant.settings),
                 ) as url:
                     infos[variant.name] = httpx.get(f"{url}/info", timeout=60).json()
-                    for row in asyncio.run(_cells(url, queries, settings, offset)):
+                    for row in asyncio.run(_cells(url, queries, settings, load, offset)):
                         rows.append({"variant": variant.name, "round": round_number, **row})
     record_end_load(header)
     report = {
@@ -285,15 +291,7 @@ def run(
         "machine": header,
         "corpus": description,
         "settings": asdict(settings),
-        "bundles": {
-            name: {
-                "path": str(bundles[name]),
-                "quantization": infos[next(v.name for v in VARIANTS if v.bundle == name)][
-                    "manifest"
-                ].get("quantization"),
-            }
-            for name in bundles
-        },
+        "bundles": described,
         "variants": [
             {**asdict(v), "encoder": infos[v.name]["encoder"], "limits": infos[v.name]["limits"]}
             for v in VARIANTS

@@ -281,15 +281,16 @@ def _cmd_export_identity(args):
 
 def _cmd_quantize(args):
     from training.data.registry import load_dataset
-    from training.quantize import quantize_bundle
+    from training.quantize import Quantisation, quantize_bundle
 
     texts = list(load_dataset(args.dataset, max_test=args.check_texts).test.texts)
+    recipe = Quantisation()
     manifest = quantize_bundle(
-        args.bundle, args.out, texts, name=args.name, overwrite=args.overwrite
+        args.bundle, args.out, texts, recipe=recipe, name=args.name, overwrite=args.overwrite
     )
     cosine = manifest.quantization["cosine_to_fp32"]
     print(
-        f"bundle: {args.out} ({manifest.quantization['weight_type']} per-channel int8 encoder; "
+        f"bundle: {args.out} ({recipe.describe()}; "
         f"cosine to fp32 on {cosine['texts']} {args.dataset} texts: mean {cosine['mean']:.4f}, "
         f"min {cosine['min']:.4f})"
     )
