@@ -1,0 +1,137 @@
+"""A small HTTP client of the Fractal service: wait for ready, batched ingest, search.
+
+    with FractalClient("http://127.0.0.1:8000") as client:
+        client.wait_ready(60)
+        ids = client.add_documents([{"text": "hello", "metadata": {"lang": "en"}}])
+        hits = client.search_batch(["hi there"], k=5, granularity="coarse")
+
+It wraps any :class:`httpx.Client` (FastAPI's ``TestClient`` is one), so the tests drive the
+in-process app through the same code as the CLI and the benchmarks drive a real server.
+Overload answers (429) are retried after the ``Retry-After`` the service computed, a bounded
+number of times; any other refusal raises :class:`RequestRefused` with the service's message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from support.processes import wait_until
+
+DEFAULT_TIMEOUT_S = 300.0
+RETRIES_ON_429 = 20
+MAX_RETRY_WAIT_S = 30.0
+
+
+class RequestRefused(RuntimeError):
+    """The service answered a request with an error status (after any retries)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.status_code = response.status_code
+        super().__init__(
+            f"{response.request.method} {response.request.url.path} was refused: "
+            f"{response.status_code} {response.text[:300]}"
+        )
+
+
+class FractalClient:
+    """The service's HTTP API as methods. Build it from a base URL (it then owns an
+    :class:`httpx.Client`) or from an existing client (it then leaves closing to the caller)."""
+
+    def __init__(
+        self,
+        target: str | httpx.Client,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if isinstance(target, httpx.Client):
+            self.http, self._owned = target, False
+            self.http.headers.update(headers)
+        else:
+            self.http = httpx.Client(base_url=target, timeout=timeout_s, headers=headers)
+            self._owned = True
+
+    def __enter__(self) -> FractalClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owned:
+            self.http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, retried on 429 after its ``Retry-After`` (at most ``RETRIES_ON_429``
+        times); :class:`RequestRefused` for any other 4xx / 5xx answer."""
+        for _ in range(RETRIES_ON_429):
+            response = self.http.request(method, path, **kwargs)
+            if response.status_code != 429:
+                break
+            wait = float(response.headers.get("Retry-After", "1") or 1)
+            time.sleep(min(max(wait, 0.05), MAX_RETRY_WAIT_S))
+        if response.status_code >= 400:
+            raise RequestRefused(response)
+        return response
+
+    def is_ready(self) -> bool:
+        """Whether ``GET /ready`` answers 200 now (a refused connection is a no)."""
+        try:
+            return self.http.get("/ready").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until ``/ready`` answers 200; :class:`TimeoutError` after ``timeout_s``."""
+        wait_until(self.is_ready, f"a ready Fractal service at {self.http.base_url}", timeout_s)
+
+    def info(self) -> dict:
+        return self.request("GET", "/info").json()
+
+    def add_documents(
+        self,
+        documents: Sequence[dict],
+        *,
+        batch_size: int = 128,
+        concurrency: int = 1,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """``POST /documents`` in batches of ``batch_size``, ``concurrency`` batches in flight
+        at once; the ids the service acknowledged, in the order of ``documents``.
+        ``progress(n)`` is called with the size of each acknowledged batch."""
+        starts = range(0, len(documents), batch_size)
+
+        def send(start: int) -> list[str]:
+            batch = list(documents[start : start + batch_size])
+            ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
+            if progress is not None:
+                progress(len(batch))
+            return ids
+
+        if concurrency <= 1:
+            batches = [send(start) for start in starts]
+        else:
+            with ThreadPoolExecutor(concurrency) as pool:
+                batches = list(pool.map(send, starts))
+        return [doc_id for ids in batches for doc_id in ids]
+
+    def search(self, query: str, **params: Any) -> dict:
+        """``GET /search?q=…`` with ``params`` as query parameters; the JSON answer."""
+        return self.request("GET", "/search", params={"q": query, **params}).json()
+
+    def search_batch(
+        self, queries: Sequence[str], *, batch_size: int = 128, **options: Any
+    ) -> list[dict]:
+        """``POST /search`` in batches of ``batch_size`` queries with ``options`` in the body
+        (``k``, ``granularity``, ``index``, ``rerank``…); one result per query, in order."""
+        results: list[dict] = []
+        for start in range(0, len(queries), batch_size):
+            body = {"queries": list(queries[start : start + batch_size]), **options}
+            results += self.request("POST", "/search", json=body).json()["results"]
+        return results

@@ -1,0 +1,242 @@
+"""Real server processes on free loopback ports: the Fractal service and ``redis-server``.
+
+    with live_service(bundle, index_dir, log, index_kinds="hnsw") as base_url:
+        httpx.get(f"{base_url}/info")
+
+Keyword settings become ``FRACTAL_*`` variables (``index_kinds`` → ``FRACTAL_INDEX_KINDS``); the
+caller's other ``FRACTAL_*`` variables are dropped so that a run states every setting it uses.
+Every wait is bounded in time; a process that exits while it is waited for is reported with
+the tail of its log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis
+
+READY_TIMEOUT_S = 600.0
+"""Opening a large index folder (snapshots checked against the store) can take minutes."""
+STOP_TIMEOUT_S = 120.0
+"""A graceful stop writes the index snapshots; a 100K-document HNSW graph takes a while."""
+SERVER_START_TIMEOUT_S = 30.0
+"""Redis (and the other small servers the tests run) answer within a second or two."""
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout: the service process runs from here, so that it imports this tree's code."""
+INSTALL = "apt-get install -y redis-server prometheus docker-compose"
+
+
+class MissingBinary(RuntimeError):
+    """A server binary the caller needs is not installed."""
+
+
+class ProcessFailed(RuntimeError):
+    """A process exited, or did not become ready, while it was being waited for."""
+
+
+def find_binary(name: str) -> str:
+    """The path of the binary ``name``; :class:`MissingBinary` naming the install command."""
+    path = shutil.which(name)
+    if path is None:
+        raise MissingBinary(f"{name} is not installed; install it with: {INSTALL}")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(
+    check: Callable[[], bool], what: str, timeout_s: float = SERVER_START_TIMEOUT_S
+) -> None:
+    """Poll ``check()`` until it is true; :class:`TimeoutError` naming ``what`` after
+    ``timeout_s``. ``check`` may raise to stop the wait early (a process that died)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def log_tail(log: Path, chars: int = 2000) -> str:
+    """The last ``chars`` characters of a log file (empty when there is none)."""
+    if not log.is_file():
+        return ""
+    return log.read_text(encoding="utf-8", errors="replace")[-chars:]
+
+
+def service_environment(
+    bundle: Path, index_dir: Path, port: int, **settings: object
+) -> dict[str, str]:
+    """This process's environment without its ``FRACTAL_*`` variables, plus the service's
+    bundle, index folder, loopback port, ``warning`` log level and ``settings``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
+    env.update(
+        FRACTAL_BUNDLE_DIR=str(bundle),
+        FRACTAL_INDEX_DIR=str(index_dir),
+        FRACTAL_HOST="127.0.0.1",
+        FRACTAL_PORT=str(port),
+        FRACTAL_LOG_LEVEL="warning",
+    )
+    env.update({f"FRACTAL_{name.upper()}": str(value) for name, value in settings.items()})
+    return env
+
+
+def is_ready(base_url: str, headers: dict[str, str] | None = None) -> bool:
+    """Whether ``GET /ready`` answers 200 now (a refused or broken connection is a no)."""
+    try:
+        return httpx.get(f"{base_url}/ready", headers=headers, timeout=5.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@dataclass
+class ServiceProcess:
+    """A running ``python -m service`` process and where it listens."""
+
+    process: subprocess.Popen
+    base_url: str
+    log: Path
+
+    def client(self, timeout_s: float = 60.0) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=timeout_s)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (graceful: in-flight requests finish, indexes are snapshotted); exit status.
+        :class:`subprocess.TimeoutExpired` if it has not exited after ``timeout_s``."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs at all."""
+        self.process.kill()
+        self.process.wait(STOP_TIMEOUT_S)
+
+    def shut_down(self) -> None:
+        """Stop gracefully if it still runs; SIGKILL when the graceful stop takes too long."""
+        if self.process.poll() is None:
+            try:
+                self.stop()
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def wait_ready(self, timeout_s: float, headers: dict[str, str] | None = None) -> None:
+        """Until ``/ready`` answers 200; :class:`ProcessFailed` with the log's tail if the
+        process exits first or is not ready within ``timeout_s`` (then it is killed)."""
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise ProcessFailed(
+                    f"the service exited with status {self.process.returncode}:\n"
+                    + log_tail(self.log)
+                )
+            return is_ready(self.base_url, headers)
+
+        try:
+            wait_until(ready, f"the service at {self.base_url} to be ready", timeout_s)
+        except TimeoutError as error:
+            self.kill()
+            raise ProcessFailed(f"{error} (log: {self.log}):\n{log_tail(self.log)}") from None
+
+
+def start_service(
+    bundle: Path,
+    index_dir: Path,
+    log: Path,
+    *,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    api_key: str | None = None,
+    **settings: object,
+) -> ServiceProcess:
+    """Start ``python -m service`` on a free loopback port with ``settings`` (see
+    :func:`service_environment`), its output appended to ``log``, and wait until ``/ready``
+    answers 200 (asked with ``api_key`` as a bearer token, when the service requires one)."""
+    port = free_port()
+    env = service_environment(bundle, index_dir, port, **settings)
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=output, stderr=output
+        )
+    service = ServiceProcess(process, f"http://127.0.0.1:{port}", log)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    service.wait_ready(ready_timeout_s, headers)
+    return service
+
+
+@contextmanager
+def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -> Iterator[str]:
+    """Run the service until the block ends (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``);
+    yield its base URL once ``/ready`` answers 200. Its output goes to ``log``."""
+    service = start_service(bundle, index_dir, log, **settings)
+    try:
+        yield service.base_url
+    finally:
+        service.shut_down()
+
+
+@dataclass
+class RedisServer:
+    """``redis-server`` without persistence on 127.0.0.1:``port``; restartable on that port."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "redis.log"
+
+    def start(self) -> None:
+        """Start it and wait until it answers PING; :class:`MissingBinary` when not installed."""
+        command = [find_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1"]
+        command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+        wait_until(self._answers, f"redis-server on port {self.port}")
+
+    def _answers(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ProcessFailed(f"redis-server exited: {log_tail(self.log)}")
+        try:
+            with redis.Redis(port=self.port, socket_timeout=1.0) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: Redis vanishes mid-conversation, as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def pause(self) -> None:
+        """SIGSTOP: Redis still accepts connections but answers nothing (a hung server)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5.0)
