@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from training.encoder import FrozenEncoder
-from training.objectives.mshc.evaluation import evaluate_mshc
-from training.objectives.mshc.pipeline import MSHCConfig
-from training.objectives.mshc.report import write_report
+from training.mshc.evaluation import evaluate_mshc
+from training.mshc.pipeline import MSHCConfig
+from training.mshc.report import write_report
 from training.pipeline import DataConfig, prepare_data
 
 RESULTS = Path(__file__).parent / "results"

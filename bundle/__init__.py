@@ -1,4 +1,5 @@
-"""The bundle format shared by the trainer (writer) and the service (reader); see ``format``."""
+"""The bundle format shared by the trainer (writer) and the service (reader); see ``format``.
+``writing`` stages, checks and installs a bundle for every writer."""
 
 from bundle.format import (
     ATTENTION_MASK,
@@ -29,6 +30,7 @@ from bundle.format import (
     sha256_file,
     write_manifest,
 )
+from bundle.writing import check_out_dir, install_bundle, staging_dir
 
 __all__ = [
     "ATTENTION_MASK",
@@ -55,7 +57,10 @@ __all__ = [
     "BundleError",
     "HierarchyLevel",
     "Manifest",
+    "check_out_dir",
+    "install_bundle",
     "load_bundle",
     "sha256_file",
+    "staging_dir",
     "write_manifest",
 ]

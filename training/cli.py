@@ -19,7 +19,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from training.errors import FractalError
+from bundle import check_out_dir
+from training.errors import FractalError, bundle_errors_as_fractal
 
 DEFAULT_SEEDS = "42,123,456,789,1024"
 ABLATIONS = ("inverted", "no-prefix", "uhmt")
@@ -346,10 +347,10 @@ def _cmd_ingest(args):
 
 
 def _cmd_mshc(args):
-    from training.objectives.mshc.evaluation import evaluate_mshc
-    from training.objectives.mshc.export import export_mshc_bundle
-    from training.objectives.mshc.pipeline import MSHCConfig
-    from training.objectives.mshc.report import targets, write_report
+    from training.mshc.evaluation import evaluate_mshc
+    from training.mshc.export import export_mshc_bundle
+    from training.mshc.pipeline import MSHCConfig
+    from training.mshc.report import targets, write_report
     from training.pipeline import prepare_data
 
     if min(args.mrl_epochs, args.vq_epochs, args.sae_epochs, args.kd_epochs) < 1:
@@ -366,8 +367,8 @@ def _cmd_mshc(args):
     except ValueError as exc:
         raise FractalError(str(exc)) from exc
     bundle_dir = args.out / "bundle"
-    if bundle_dir.is_dir() and any(bundle_dir.iterdir()) and not args.overwrite:
-        raise FractalError(f"bundle directory {bundle_dir} is not empty (pass --overwrite)")
+    with bundle_errors_as_fractal():
+        check_out_dir(bundle_dir, args.overwrite)
     data_config = _data_config(args)
     splits = data_config.load()
     if len(splits.train.texts) < 256:

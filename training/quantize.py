@@ -24,14 +24,9 @@ from pathlib import Path
 import numpy as np
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from bundle import (
-    ENCODER_FILE,
-    BundleError,
-    Manifest,
-    load_bundle,
-)
-from training.errors import FractalError
-from training.export import check_out_dir, install_bundle, onnx_embeddings, staging_dir
+from bundle import ENCODER_FILE, Manifest, check_out_dir, install_bundle, load_bundle, staging_dir
+from training.bundle_embeddings import onnx_embeddings
+from training.errors import FractalError, bundle_errors_as_fractal
 
 MIN_MEAN_COSINE = 0.9
 """Below this mean cosine to the fp32 embeddings the quantised graph is refused as broken. The
@@ -95,15 +90,14 @@ def quantize_bundle(
     ``out_dir`` without ``overwrite``, or a failed check; ``out_dir`` is written only on success.
     """
     bundle_dir, out_dir = Path(bundle_dir), Path(out_dir)
-    try:
+    with bundle_errors_as_fractal():
         source = load_bundle(bundle_dir)
-    except BundleError as exc:
-        raise FractalError(str(exc)) from exc
     if source.quantization is not None:
         raise FractalError(f"{bundle_dir} is already quantised ({source.quantization})")
     if out_dir.resolve() == bundle_dir.resolve():
         raise FractalError("--out must differ from the source bundle (bundles are immutable)")
-    check_out_dir(out_dir, overwrite)
+    with bundle_errors_as_fractal():
+        check_out_dir(out_dir, overwrite)
     texts = [text for text in check_texts if isinstance(text, str) and text.strip()]
     if not texts:
         raise FractalError("quantisation needs some non-empty check texts")

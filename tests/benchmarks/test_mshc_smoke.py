@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from benchmarks import mshc
-from training.objectives.mshc.pipeline import STAGES
+from training.mshc.pipeline import STAGES
 
 
 def test_mshc_smoke_run(tmp_path: Path) -> None:

@@ -78,8 +78,8 @@ def _build_v5(out: Path) -> None:
 def small_mshc():
     """A quickly trained MSHC model on the V5 bundle's rows, its 96-d PQ and the data (the same
     objects for every caller, so that a test can compare the exported bundle with them)."""
-    from training.objectives.mshc.pipeline import MSHCConfig, train_mshc
-    from training.objectives.mshc.pq import ProductQuantizer
+    from training.mshc.pipeline import MSHCConfig, train_mshc
+    from training.mshc.pq import ProductQuantizer
     from training.pipeline import DataConfig, prepare_data
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
@@ -99,7 +99,7 @@ def torch_from(array):
 
 
 def _build_mshc(out: Path) -> None:
-    from training.objectives.mshc.export import export_mshc_bundle
+    from training.mshc.export import export_mshc_bundle
 
     model, pq, data = small_mshc()
     export_mshc_bundle(

@@ -12,9 +12,9 @@ import pytest
 from bundle import ENCODER_FILE, MANIFEST_FILE, load_bundle
 from tests.service.bundles import v5_bundle
 from training import quantize
+from training.bundle_embeddings import onnx_embeddings
 from training.cli import main
 from training.errors import FractalError
-from training.export import onnx_embeddings
 from training.quantize import MIN_MEAN_COSINE, Quantisation, quantize_bundle, row_cosines
 
 TEXTS = [

@@ -12,16 +12,16 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
 from bundle import COARSE, EMBEDDING, FINE, PQ_CODEBOOKS_FILE, SAE_CODE, SAE_FILE, Manifest
+from training.bundle_embeddings import cpu_session
 from training.data.dataset import LabelHierarchy
 from training.encoder import FrozenEncoder
 from training.errors import FractalError
-from training.export import ONNX_TOLERANCE, _export_onnx, export_bundle
-from training.objectives.mshc.pipeline import MSHCModel
-from training.objectives.mshc.pq import ProductQuantizer
+from training.export import export_bundle, export_onnx, max_abs_diff
+from training.mshc.pipeline import MSHCModel
+from training.mshc.pq import ProductQuantizer
 
 FLOAT_BYTES = 4
 
@@ -50,7 +50,7 @@ def compression_manifest(model: MSHCModel, pq: ProductQuantizer) -> dict:
 def _write_sae(folder: Path, model: MSHCModel, check_features: np.ndarray) -> Path:
     path = folder / SAE_FILE
     student = copy.deepcopy(model.student).cpu().eval()
-    _export_onnx(
+    export_onnx(
         student,
         (torch.zeros(2, model.config.coarse_dim),),
         path,
@@ -61,11 +61,8 @@ def _write_sae(folder: Path, model: MSHCModel, check_features: np.ndarray) -> Pa
     coarse = model.coarse(torch.from_numpy(np.asarray(check_features, np.float32)))
     with torch.inference_mode():
         expected = student(coarse).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run([SAE_CODE], {EMBEDDING: coarse.numpy()})[0]
-    diff = float(np.abs(got - expected).max())
-    if not diff <= ONNX_TOLERANCE:
-        raise FractalError(f"ONNX export check failed: {SAE_FILE} differs from torch by {diff:.3g}")
+    got = cpu_session(path).run([SAE_CODE], {EMBEDDING: coarse.numpy()})[0]
+    max_abs_diff(SAE_FILE, got, expected)
     return path
 
 
