@@ -264,7 +264,10 @@ def run(
             int8 = int8_bundle(bundle, work, queries[: settings.check_texts])
         bundles = {FP32: bundle, INT8: int8}
         described = {
-            name: {"path": str(path), "quantization": load_bundle(path).quantization}
+            name: {
+                "path": str(path),
+                "quantization": load_bundle(path).to_json().get("quantization"),
+            }
             for name, path in bundles.items()
         }
         log = work / "service.log"

@@ -289,11 +289,11 @@ def _cmd_quantize(args):
     manifest = quantize_bundle(
         args.bundle, args.out, texts, recipe=recipe, name=args.name, overwrite=args.overwrite
     )
-    cosine = manifest.quantization["cosine_to_fp32"]
+    cosine = manifest.quantization.cosine_to_fp32
     print(
         f"bundle: {args.out} ({recipe.describe()}; "
-        f"cosine to fp32 on {cosine['texts']} {args.dataset} texts: mean {cosine['mean']:.4f}, "
-        f"min {cosine['min']:.4f})"
+        f"cosine to fp32 on {cosine.texts} {args.dataset} texts: mean {cosine.mean:.4f}, "
+        f"min {cosine.min:.4f})"
     )
 
 

@@ -36,6 +36,7 @@ from bundle import (
     TOKENIZER_FILE,
     Backbone,
     BundleError,
+    Compression,
     HierarchyLevel,
     Manifest,
     check_out_dir,
@@ -279,7 +280,7 @@ def export_bundle(
     overwrite: bool = False,
     with_heads: bool = True,
     extra_files: dict[str, Path] | None = None,
-    compression: dict | None = None,
+    compression: Compression | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 

@@ -24,7 +24,16 @@ from pathlib import Path
 import numpy as np
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from bundle import ENCODER_FILE, Manifest, check_out_dir, install_bundle, load_bundle, staging_dir
+from bundle import (
+    ENCODER_FILE,
+    CosineToFP32,
+    Manifest,
+    Quantization,
+    check_out_dir,
+    install_bundle,
+    load_bundle,
+    staging_dir,
+)
 from training.bundle_embeddings import onnx_embeddings
 from training.errors import FractalError, bundle_errors_as_fractal
 
@@ -46,6 +55,7 @@ class Quantisation:
         return f"dynamic int8, {self.weight_type.name} weights ({scale}), uint8 activations"
 
     def to_json(self) -> dict[str, object]:
+        """The recipe's fields of the manifest's :class:`bundle.Quantization`."""
         return {
             "method": "onnxruntime.quantization.quantize_dynamic",
             "weight_type": self.weight_type.name,
@@ -114,16 +124,14 @@ def quantize_bundle(
                 f"the quantised encoder's embeddings have mean cosine {mean:.4f} to the fp32 "
                 f"ones (at least {MIN_MEAN_COSINE} expected): not written"
             )
-        quantization = {
+        quantization = Quantization(
             **recipe.to_json(),
-            "source_bundle": source.name,
-            "source_bundle_hash": source.content_hash,
-            "cosine_to_fp32": {
-                "texts": len(texts),
-                "mean": round(mean, 6),
-                "min": round(float(np.min(cosines)), 6),
-            },
-        }
+            source_bundle=source.name,
+            source_bundle_hash=source.content_hash,
+            cosine_to_fp32=CosineToFP32(
+                texts=len(texts), mean=round(mean, 6), min=round(float(np.min(cosines)), 6)
+            ),
+        )
         draft = replace(
             source,
             name=name or f"{source.name}-int8",

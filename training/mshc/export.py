@@ -14,7 +14,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bundle import COARSE, EMBEDDING, FINE, PQ_CODEBOOKS_FILE, SAE_CODE, SAE_FILE, Manifest
+from bundle import (
+    COARSE,
+    EMBEDDING,
+    FINE,
+    PQ_CODEBOOKS_FILE,
+    SAE_CODE,
+    SAE_FILE,
+    Compression,
+    Manifest,
+    PQPart,
+    SAEPart,
+)
 from training.bundle_embeddings import cpu_session
 from training.data.dataset import LabelHierarchy
 from training.encoder import FrozenEncoder
@@ -26,25 +37,25 @@ from training.mshc.pq import ProductQuantizer
 FLOAT_BYTES = 4
 
 
-def compression_manifest(model: MSHCModel, pq: ProductQuantizer) -> dict:
+def compression_manifest(model: MSHCModel, pq: ProductQuantizer) -> Compression:
     """The manifest's ``compression`` entry for ``model`` and the served ``pq``."""
     config = model.config
-    return {
-        "pq": {
-            "file": PQ_CODEBOOKS_FILE,
-            "dim": pq.dim,
-            "m": pq.m,
-            "nbits": pq.nbits,
-            "shape": list(pq.codebooks.shape),
-            "bytes_per_vector": pq.bytes_per_vector(),
-        },
-        "sae": {
-            "file": SAE_FILE,
-            "input_dim": config.coarse_dim,
-            "output_dim": config.code_dim,
-            "bytes_per_vector": FLOAT_BYTES * config.code_dim,
-        },
-    }
+    return Compression(
+        pq=PQPart(
+            file=PQ_CODEBOOKS_FILE,
+            dim=pq.dim,
+            m=pq.m,
+            nbits=pq.nbits,
+            shape=tuple(pq.codebooks.shape),
+            bytes_per_vector=pq.bytes_per_vector(),
+        ),
+        sae=SAEPart(
+            file=SAE_FILE,
+            input_dim=config.coarse_dim,
+            output_dim=config.code_dim,
+            bytes_per_vector=FLOAT_BYTES * config.code_dim,
+        ),
+    )
 
 
 def _write_sae(folder: Path, model: MSHCModel, check_features: np.ndarray) -> Path:
