@@ -46,7 +46,3 @@ class FractalHead(nn.Module):
         """
         weights = F.normalize(self.classifiers[level].weight, dim=-1)
         return self.logit_scale * normalized_prefix(embedding, prefix_dim) @ weights.T
-
-    def class_vectors(self, level: int) -> torch.Tensor:
-        """Unit class vectors of ``level`` (rows), in the zero-padded full-width space."""
-        return F.normalize(self.classifiers[level].weight, dim=-1)
