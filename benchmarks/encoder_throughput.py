@@ -59,8 +59,8 @@ from benchmarks.search_measure import (
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
 from training.data.registry import load_dataset
-from training.encoder import default_model_dir
 from training.evaluation.knn import knn_accuracy_table
+from training.frozen_encoder import default_model_dir
 from training.quantize import row_cosines
 
 matplotlib.use("Agg")

@@ -31,10 +31,10 @@ import torch  # noqa: E402
 from benchmarks.reporting import bullet_sections, markdown_table, record_end_load, write_results  # noqa: E402
 from benchmarks.search_measure import machine_header  # noqa: E402
 from training.data.registry import load_dataset  # noqa: E402
-from training.encoder import FrozenEncoder  # noqa: E402
 from training.evaluation.knn import knn_accuracy_table  # noqa: E402
 from training.evaluation.linear_probe import logistic_regression_f1  # noqa: E402
 from training.finetune import FinetuneConfig, embed_texts, finetune  # noqa: E402
+from training.frozen_encoder import FrozenEncoder  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 # Banking77 LR F1 (×100) from the papers' Table 1 at 16/32/64/128/256 dims (their 512/768 rows

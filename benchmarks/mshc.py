@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from training.encoder import FrozenEncoder
+from training.frozen_encoder import FrozenEncoder
 from training.mshc.evaluation import evaluate_mshc
 from training.mshc.pipeline import MSHCConfig
 from training.mshc.report import write_report
-from training.pipeline import DataConfig, prepare_data
+from training.prepared_data import DataConfig, prepare_data
 
 RESULTS = Path(__file__).parent / "results"
 FULL_DATA = DataConfig("clinc150", 10000, 2000)

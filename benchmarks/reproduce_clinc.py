@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.encoder import FrozenEncoder
 from training.evaluation.knn import knn_accuracy_table
 from training.evaluation.report import RunResult, compare, summarise, write_report
-from training.pipeline import DataConfig, evaluate_head, evaluate_raw, prepare_data, train
+from training.frozen_encoder import FrozenEncoder
+from training.head_job import evaluate_head, evaluate_raw, train
+from training.prepared_data import DataConfig, prepare_data
 from training.trainer import PAPER_SEEDS, TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"

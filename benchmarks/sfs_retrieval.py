@@ -25,10 +25,10 @@ import torch
 
 from benchmarks.reporting import bullet_sections, markdown_table, record_end_load, write_results
 from benchmarks.search_measure import machine_header
-from training.encoder import FrozenEncoder
 from training.evaluation.ranking import ranking_metrics
 from training.finetune import FinetuneConfig, embed_texts, finetune
-from training.pipeline import DataConfig, prepare_data
+from training.frozen_encoder import FrozenEncoder
+from training.prepared_data import DataConfig, prepare_data
 
 RESULTS = Path(__file__).parent / "results"
 FRAGMENT_DIMS = (256, 128, 64, 32, 16)

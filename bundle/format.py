@@ -68,7 +68,7 @@ class BundleError(ValueError):
 
 @dataclass(frozen=True)
 class Backbone:
-    """The frozen encoder the bundle was made from (as ``training.encoder.EncoderConfig``)."""
+    """The frozen encoder the bundle was made from (``training.frozen_encoder.EncoderConfig``)."""
 
     source: str
     pooling: str

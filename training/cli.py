@@ -100,7 +100,7 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _data_config(args: argparse.Namespace):
-    from training.pipeline import DataConfig
+    from training.prepared_data import DataConfig
 
     generic = {
         key: getattr(args, key)
@@ -143,13 +143,13 @@ def _train_config(args: argparse.Namespace, objective: str, seed: int):
 
 
 def _encoder(args: argparse.Namespace):
-    from training.encoder import FrozenEncoder
+    from training.frozen_encoder import FrozenEncoder
 
     return FrozenEncoder(args.model, pooling=args.pooling, max_tokens=args.max_tokens)
 
 
 def _train_runs(args, data, objectives: list[str], seeds: list[int], out: Path) -> list[Path]:
-    from training.pipeline import evaluate_head, save_run, train
+    from training.head_job import evaluate_head, save_run, train
 
     run_dirs = []
     for objective in objectives:
@@ -171,7 +171,8 @@ def _train_runs(args, data, objectives: list[str], seeds: list[int], out: Path) 
 def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None) -> Path:
     """Evaluate saved runs side by side with the raw encoder and write the report."""
     from training.evaluation.report import RunResult, write_report
-    from training.pipeline import evaluate_raw, load_run, prepare_data
+    from training.head_job import evaluate_raw, load_run
+    from training.prepared_data import prepare_data
 
     runs = [load_run(path) for path in run_dirs]
     first = runs[0]
@@ -201,7 +202,8 @@ def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None
 
 def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) -> None:
     from training.export import export_bundle
-    from training.pipeline import load_run, prepare_data
+    from training.head_job import load_run
+    from training.prepared_data import prepare_data
 
     run = load_run(run_dir)
     encoder = data.encoder if data is not None else _encoder(args)
@@ -236,7 +238,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
 
 def _prepare(args, objectives: list[str]):
     """Check the options and read the data before the (slow) encoder loads."""
-    from training.pipeline import prepare_data
+    from training.prepared_data import prepare_data
 
     for objective in objectives:
         _train_config(args, objective, 0).validate(depth=2)
@@ -351,7 +353,7 @@ def _cmd_mshc(args):
     from training.mshc.export import export_mshc_bundle
     from training.mshc.pipeline import MSHCConfig
     from training.mshc.report import targets, write_report
-    from training.pipeline import prepare_data
+    from training.prepared_data import prepare_data
 
     if min(args.mrl_epochs, args.vq_epochs, args.sae_epochs, args.kd_epochs) < 1:
         raise FractalError("every stage needs at least one epoch")

@@ -45,8 +45,8 @@ from bundle import (
 )
 from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
-from training.encoder import FrozenEncoder, pool
 from training.errors import FractalError, bundle_errors_as_fractal
+from training.frozen_encoder import FrozenEncoder, pool
 from training.head import FractalHead
 
 ONNX_OPSET = 17

@@ -20,7 +20,7 @@ import pytest
 from bundle import MANIFEST_FILE
 from training.data.dataset import DatasetSplits
 from training.data.registry import load_dataset
-from training.encoder import FrozenEncoder
+from training.frozen_encoder import FrozenEncoder
 
 CLINC_TRAIN = 1500
 CLINC_TEST = 300
@@ -53,7 +53,8 @@ def _build_identity(out: Path) -> None:
 
 def _build_v5(out: Path) -> None:
     from training.export import export_bundle
-    from training.pipeline import DataConfig, prepare_data, train
+    from training.head_job import train
+    from training.prepared_data import DataConfig, prepare_data
     from training.trainer import TrainConfig
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
@@ -80,7 +81,7 @@ def small_mshc():
     objects for every caller, so that a test can compare the exported bundle with them)."""
     from training.mshc.pipeline import MSHCConfig, train_mshc
     from training.mshc.pq import ProductQuantizer
-    from training.pipeline import DataConfig, prepare_data
+    from training.prepared_data import DataConfig, prepare_data
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
     config = MSHCConfig(mrl_epochs=3, vq_epochs=3, sae_epochs=2, kd_epochs=2)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from training.errors import FractalError
-from training.pipeline import PreparedData, evaluate_head, train
+from training.head_job import evaluate_head, train
+from training.prepared_data import PreparedData
 from training.trainer import TrainConfig, train_head
 
 FAST = TrainConfig(epochs=3, learning_rate=1e-3, batch_size=32)

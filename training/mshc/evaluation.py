@@ -43,7 +43,7 @@ from training.mshc.pipeline import (
 from training.mshc.pq import ProductQuantizer
 from training.mshc.sae import zero_fraction
 from training.mshc.vq import SoftToHardVQ
-from training.pipeline import PreparedData
+from training.prepared_data import PreparedData
 
 FLOAT_BYTES = 4
 SHORTLISTS = (50, 100)

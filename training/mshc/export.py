@@ -28,9 +28,9 @@ from bundle import (
 )
 from training.bundle_embeddings import cpu_session
 from training.data.dataset import LabelHierarchy
-from training.encoder import FrozenEncoder
 from training.errors import FractalError
 from training.export import export_bundle, export_onnx, max_abs_diff
+from training.frozen_encoder import FrozenEncoder
 from training.mshc.pipeline import MSHCModel
 from training.mshc.pq import ProductQuantizer
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.encoder import FrozenEncoder, pool
 from training.errors import FractalError
+from training.frozen_encoder import FrozenEncoder, pool
 
 
 @dataclass
