@@ -27,7 +27,7 @@ from training.evaluation.report import RunResult, compare, summarise, write_repo
 from training.frozen_encoder import FrozenEncoder
 from training.head_job import evaluate_head, evaluate_raw, train
 from training.prepared_data import DataConfig, prepare_data
-from training.trainer import PAPER_SEEDS, TrainConfig
+from training.train_config import PAPER_SEEDS, TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREFIX_DIMS = [64, 128, 192, 256]

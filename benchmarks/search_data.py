@@ -73,7 +73,8 @@ def head_embeddings(
     from training.frozen_encoder import FrozenEncoder, cached_features
     from training.head_job import train
     from training.prepared_data import DataConfig, prepare_data
-    from training.trainer import TrainConfig, embed_features
+    from training.train_config import TrainConfig
+    from training.trainer import embed_features
 
     torch.set_num_threads(1)
     encoder = FrozenEncoder()

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from bundle import check_out_dir
 from training.errors import FractalError, bundle_errors_as_fractal
+from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
 
-DEFAULT_SEEDS = "42,123,456,789,1024"
+DEFAULT_SEEDS = ",".join(map(str, PAPER_SEEDS))
 ABLATIONS = ("inverted", "no-prefix", "uhmt")
 NESTED_DIMS = (16, 32, 64, 128, 256)  # `finetune`: the MIC/MIPIC papers' dims below the full one
 
@@ -79,8 +80,6 @@ def _add_encoder_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
-    from training.trainer import TrainConfig
-
     defaults = TrainConfig()
     group = parser.add_argument_group("training (defaults: the paper's, plus our two terms)")
     group.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -118,8 +117,6 @@ def _data_config(args: argparse.Namespace):
 
 
 def _train_config(args: argparse.Namespace, objective: str, seed: int):
-    from training.trainer import TrainConfig
-
     prefix_dims = args.prefix_dims
     if isinstance(prefix_dims, str):
         prefix_dims = _int_list(prefix_dims)
@@ -427,8 +424,6 @@ def _cmd_finetune(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from training.objectives import OBJECTIVES
-
     parser = argparse.ArgumentParser(prog="fractal", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -439,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--objectives",
         type=_name_list,
         default=["v5", "mrl"],
-        help=f"comma-separated, first one is exported ({', '.join(OBJECTIVES)})",
+        help=f"comma-separated, first one is exported ({', '.join(HEAD_OBJECTIVES)})",
     )
     run.add_argument("--seeds", type=_int_list, default=_int_list(DEFAULT_SEEDS))
     run.add_argument("--out", type=Path, required=True)
@@ -450,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one objective (one run per seed)")
     _add_data_options(train)
     _add_train_options(train)
-    train.add_argument("--objective", default="v5", help=", ".join(OBJECTIVES))
+    train.add_argument("--objective", default="v5", help=", ".join(HEAD_OBJECTIVES))
     train.add_argument("--seeds", "--seed", type=_int_list, default=[42])
     train.add_argument("--out", type=Path, required=True, help="folder for the run(s)")
     train.set_defaults(handler=_cmd_train)

@@ -16,7 +16,8 @@ from training.errors import FractalError
 from training.evaluation.evaluate import EmbeddingEvaluation, evaluate_embeddings
 from training.head import FractalHead
 from training.prepared_data import DataConfig, PreparedData
-from training.trainer import TrainConfig, TrainResult, embed_features, train_head
+from training.train_config import TrainConfig
+from training.trainer import TrainResult, embed_features, train_head
 
 RUN_HEAD_FILE = "head.pt"
 RUN_INFO_FILE = "run.json"

@@ -55,7 +55,7 @@ def _build_v5(out: Path) -> None:
     from training.export import export_bundle
     from training.head_job import train
     from training.prepared_data import DataConfig, prepare_data
-    from training.trainer import TrainConfig
+    from training.train_config import TrainConfig
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
     result = train(data, TrainConfig(epochs=3, learning_rate=1e-3, seed=42), progress=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +139,15 @@ def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert load_bundle(out).quantization.cosine_to_fp32.texts == 40
     assert main(["quantize", str(source), "--out", str(out)]) == 2
     assert "is not empty (pass --overwrite)" in capsys.readouterr().err
+
+
+def test_cli_runs_without_torch(source: Path, tmp_path: Path) -> None:
+    """``fractal quantize`` needs ONNX Runtime and the bundle format, never torch."""
+    argv = ["quantize", str(source), "--out", str(tmp_path / "int8"), "--check-texts", "6"]
+    code = (
+        "import sys; from training.cli import main; "
+        f"sys.exit(main({argv!r}) or 3 * ('torch' in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
+    assert result.returncode == 0
+    assert load_bundle(tmp_path / "int8").quantization.cosine_to_fp32.texts == 6
