@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from service.cache import KEY_PREFIX
 from service.settings import Settings, describe_settings_error
-from tests.real_servers import RedisServer, free_port, wait_until
+from support.processes import RedisServer, free_port, wait_until
 from tests.service.conftest import metric, metric_samples, serve
 
 TEXTS = [f"how do i move {amount} dollars to my savings account" for amount in range(10)]
