@@ -1,4 +1,7 @@
-"""Fixtures shared by every test package: the session's real bundles and a real Redis server.
+"""Fixtures shared by every test package: bundles to serve and a real Redis server.
+
+The identity and V5 bundles are exported from MiniLM with torch (skipped where torch is
+absent); the tiny bundle is made with ``onnx`` alone (:mod:`tests.tiny_bundle`).
 
 Tests under ``tests/e2e`` are marked ``e2e`` and those under ``tests/benchmarks`` ``benchmark``,
 so that ``python -m pytest -m "not e2e and not benchmark"`` runs the fast core alone.
@@ -14,6 +17,7 @@ import pytest
 from support.processes import RedisServer
 from tests.servers import start_redis
 from tests.service.bundles import identity_bundle, v5_bundle
+from tests.tiny_bundle import build_tiny_bundle
 
 PACKAGE_MARKERS = {"e2e": pytest.mark.e2e, "benchmarks": pytest.mark.benchmark}
 
@@ -35,6 +39,13 @@ def identity_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def v5_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return v5_bundle(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny-bundle")
+    build_tiny_bundle(directory)
+    return directory
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from service.errors import error_responses
 from service.metrics import label_request
@@ -61,7 +61,9 @@ class HitOut(FromAttributes):
 class AutoRouteOut(FromAttributes):
     """What granularity=auto decided, and the head confidences (max softmax) it used."""
 
-    decision: Literal["coarse", "fine"] = Field(validation_alias="granularity")
+    decision: Literal["coarse", "fine"] = Field(
+        validation_alias=AliasChoices("decision", "granularity")  # AutoDecision.granularity
+    )
     reason: str
     coarse_label: str | None
     coarse_confidence: float | None

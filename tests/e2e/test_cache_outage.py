@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from support.metrics import metric, metric_samples
 from support.processes import RedisServer, ServiceProcess, wait_until
-from tests.service.conftest import metric, metric_samples
 
 QUERIES = [f"what is the balance of account number {number}" for number in range(40)]
 REQUESTS = 400

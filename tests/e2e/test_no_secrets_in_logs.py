@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from support.metrics import metric, metric_samples
 from support.processes import RedisServer, ServiceProcess
-from tests.service.conftest import metric, metric_samples
 
 KEY = "e2e-api-key-0123456789abcdef"
 WRONG_KEY = "e2e-api-key-0123456789abcdeX"

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import yaml
 
+from support.metrics import metric, metric_samples
 from support.processes import ROOT, ServiceProcess, wait_until
 from tests.servers import PrometheusServer, start_redis, start_server
-from tests.service.conftest import metric, metric_samples
 
 SCRAPE_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "fractal.json"
