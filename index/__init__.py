@@ -4,8 +4,8 @@ Numpy, FAISS, SQLite and the standard library only: no HTTP, no torch, no import
 ``training`` or ``service``. :class:`Collection` is the entry point.
 """
 
-from index.collection import Collection, Hit
+from index.collection import Collection, CollectionStats, Hit
 from index.kinds import HnswParams, PqParams
 from index.store import Document
 
-__all__ = ["Collection", "Document", "Hit", "HnswParams", "PqParams"]
+__all__ = ["Collection", "CollectionStats", "Document", "Hit", "HnswParams", "PqParams"]

@@ -60,6 +60,22 @@ class IndexSpec:
         return f"{self.scoring}-{self.dim}-{self.kind}"
 
 
+@dataclass(frozen=True)
+class CollectionStats:
+    """A collection's documents and indexes at one moment (:meth:`Collection.stats`)."""
+
+    documents: int
+    dim: int
+    prefix_dims: list[int]
+    fragment_dim: int | None
+    change_counter: int | None
+    """The store change the indexes reflect; None while a write is updating them."""
+    indexes: dict[str, dict]
+    """By index name: its scoring and its kind's own figures (``VectorIndex.stats``)."""
+    recovery: dict
+    """How opening went: the snapshot used, indexes loaded, changes caught up, indexes rebuilt."""
+
+
 def _check_count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
@@ -174,9 +190,7 @@ class Collection:
 
         def open_index(name: str, path: Path) -> VectorIndex:
             spec = self._specs[name]
-            return read_index(
-                spec.kind, spec.dim, path, self.hnsw, self.pq, self._codebooks(spec)
-            )
+            return read_index(spec.kind, spec.dim, path, self.hnsw, self.pq, self._codebooks(spec))
 
         loaded = load_snapshot(self.path / "snapshot", self._store, configs, open_index)
         if loaded.indexes:
@@ -291,6 +305,11 @@ class Collection:
         """The stored document (its vector as it was given), or None."""
         return self._store.get(doc_id)
 
+    def get_many(self, doc_ids: Sequence[str]) -> list[Document | None]:
+        """The stored documents in the order of ``doc_ids`` (None where there is none), read
+        with one query."""
+        return self._store.get_many(doc_ids)
+
     def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
         spec = self._specs.get(IndexSpec(scoring, dim, kind).name)
         if spec is None:
@@ -366,21 +385,21 @@ class Collection:
                 timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - shortlisted
         return results
 
-    def stats(self) -> dict:
+    def stats(self) -> CollectionStats:
         """Document count, change counter, per-index sizes and state, and how opening went."""
         with self._lock.read():
-            return {
-                "documents": len(self._table),
-                "dim": self.dim,
-                "prefix_dims": list(self.prefix_dims),
-                "fragment_dim": self.fragment_dim,
-                "change_counter": self._applied,
-                "indexes": {
+            return CollectionStats(
+                documents=len(self._table),
+                dim=self.dim,
+                prefix_dims=list(self.prefix_dims),
+                fragment_dim=self.fragment_dim,
+                change_counter=self._applied,
+                indexes={
                     name: {"scoring": spec.scoring, **self._indexes[name].stats()}
                     for name, spec in self._specs.items()
                 },
-                "recovery": self._recovery,
-            }
+                recovery=self._recovery,
+            )
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -93,6 +93,15 @@ class LiveRows:
     vectors: np.ndarray
 
 
+_DOCUMENT_COLUMNS = "doc_id, text, metadata, vector"
+
+
+def _document(row: tuple) -> Document:
+    """A :class:`Document` from a row of ``_DOCUMENT_COLUMNS``."""
+    vector = np.frombuffer(row[3], dtype="<f4").astype(np.float32)
+    return Document(id=row[0], text=row[1], vector=vector, metadata=json.loads(row[2]))
+
+
 class Store:
     """Documents in one SQLite file; safe to use from several threads.
 
@@ -238,15 +247,25 @@ class Store:
         """The document with this id, or None."""
         row = (
             self._reader()
-            .execute(
-                "SELECT doc_id, text, metadata, vector FROM documents WHERE doc_id = ?", (doc_id,)
-            )
+            .execute(f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE doc_id = ?", (doc_id,))
             .fetchone()
         )
-        if row is None:
-            return None
-        vector = np.frombuffer(row[3], dtype="<f4").astype(np.float32)
-        return Document(id=row[0], text=row[1], vector=vector, metadata=json.loads(row[2]))
+        return None if row is None else _document(row)
+
+    def get_many(self, doc_ids: Sequence[str]) -> list[Document | None]:
+        """The documents with these ids in the same order (None where there is none), read with
+        one query (the ids travel as one JSON parameter, so there is no limit on their number)."""
+        rows = (
+            self._reader()
+            .execute(
+                f"SELECT {_DOCUMENT_COLUMNS} FROM documents "
+                "WHERE doc_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(doc_ids)),),
+            )
+            .fetchall()
+        )
+        found = {row[0]: _document(row) for row in rows}
+        return [found.get(doc_id) for doc_id in doc_ids]
 
     def live_rows(self) -> LiveRows:
         """All present documents' row ids, string ids and full vectors, read in one transaction."""

@@ -2,6 +2,7 @@
 
 Layers, each talking to the next through small types: ``routes`` (HTTP and schemas, no maths)
 → ``runtime`` (the loaded service and its operations) → ``batching`` (the micro-batching queue)
-→ ``encoder`` (ONNX Runtime) and ``search``/``routing`` (over :class:`index.Collection`).
+→ ``encoder`` (ONNX Runtime) and ``search``/``granularity`` (over :class:`index.Collection`);
+``startup`` builds the runtime from the settings and the bundle.
 Never imports torch or ``training``.
 """

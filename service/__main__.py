@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from service.app import create_app
 from service.errors import StartupError
-from service.runtime import Runtime
 from service.settings import Settings, describe_settings_error
+from service.startup import load_runtime
 
 EXIT_BAD_CONFIG = 2
 
@@ -28,7 +28,7 @@ def main() -> int:
         return EXIT_BAD_CONFIG
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s: %(message)s")
     try:
-        runtime = Runtime.load(settings)
+        runtime = load_runtime(settings)
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

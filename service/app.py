@@ -21,6 +21,7 @@ from service.routes import documents, embed, openai_compat, search, system
 from service.runtime import Runtime
 from service.security import SecurityMiddleware, document_security
 from service.settings import Settings
+from service.startup import load_runtime
 
 TITLE = "Fractal"
 VERSION = "0.1.0"
@@ -39,7 +40,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loaded = runtime or Runtime.load(settings or Settings(), metrics)
+        loaded = runtime or load_runtime(settings or Settings(), metrics)
         loaded.start()
         app.state.settings = loaded.settings
         app.state.runtime = loaded

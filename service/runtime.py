@@ -1,116 +1,38 @@
 """What a running service holds, and the operations the HTTP routes call.
 
-:meth:`Runtime.load` checks and loads everything before the first request (bundle manifest and
-file hashes, tokenizer, ONNX sessions, the collection and its indexes), so a bad configuration
-ends start-up with one :class:`service.errors.StartupError` line. Routes reach the runtime
-through the :data:`RuntimeDep` dependency, which answers 503 while none is loaded.
-
-The index directory records which bundle its vectors came from (``bundle.json``); serving it
-with another bundle is refused, because stored vectors from one model are meaningless to
-queries from another.
+:func:`service.startup.load_runtime` builds a :class:`Runtime` from the settings and the bundle;
+the runtime owns its lifecycle (start, periodic snapshots, stop) and the operations. Routes reach
+it through the :data:`RuntimeDep` dependency, which answers 503 while none is loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import faiss
 import numpy as np
 from fastapi import Depends, Request
 
-from bundle import BundleError, Manifest, load_bundle
-from index import Collection, Document
+from bundle import Manifest
+from index import Collection, CollectionStats, Document
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
 from service.encoder import Encoded, OnnxEncoder
-from service.errors import InvalidRequest, NotFound, NotReady, StartupError
+from service.errors import InvalidRequest, NotFound, NotReady
+from service.granularity import GranularityRouter
 from service.limits import check_document_id, check_texts
 from service.metrics import Metrics
-from service.routing import GranularityRouter
 from service.search import Searcher, SearchOutcome, SearchPlan
-from service.settings import Settings, available_cores
+from service.settings import Settings
 
 logger = logging.getLogger("service")
-
-BUNDLE_RECORD = "bundle.json"
-
-
-def _check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
-    """Write ``bundle.json`` in a new index dir; refuse one made with another bundle."""
-    record_path = index_dir / BUNDLE_RECORD
-    expected = {"name": manifest.name, "bundle_hash": manifest.content_hash, "dim": manifest.dim}
-    if record_path.is_file():
-        try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StartupError(f"{record_path} is unreadable: {exc}") from exc
-        if record != expected:
-            raise StartupError(
-                f"index dir {index_dir} holds vectors of bundle {record.get('name')!r} "
-                f"({str(record.get('bundle_hash'))[:12]}), not of the served bundle "
-                f"{manifest.name!r} ({manifest.content_hash[:12]}); use another "
-                "FRACTAL_INDEX_DIR or re-ingest"
-            )
-        return
-    if (index_dir / "store.sqlite3").exists():
-        raise StartupError(
-            f"index dir {index_dir} has a store but no {BUNDLE_RECORD}: cannot tell which "
-            "bundle made its vectors"
-        )
-    record_path.write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
-
-
-def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.ndarray]:
-    """The bundle's PQ centroids by prefix dimension (MSHC), when the service builds PQ indexes.
-
-    The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
-    """
-    spec = manifest.compression.pq if manifest.compression is not None else None
-    if spec is None or "pq" not in settings.index_kinds:
-        return {}
-    path = settings.bundle_dir / spec.file
-    try:
-        codebooks = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise StartupError(f"cannot read the bundle's PQ codebooks {path}: {exc}") from exc
-    if codebooks.shape != spec.shape or codebooks.dtype != np.float32:
-        raise StartupError(
-            f"{path} holds {codebooks.dtype} {list(codebooks.shape)}, the manifest says "
-            f"float32 {list(spec.shape)}"
-        )
-    return {spec.dim: codebooks}
-
-
-def open_collection(settings: Settings, manifest: Manifest) -> Collection:
-    """The collection in ``settings.index_dir``, indexed at the coarse and fine prefixes; a PQ
-    index at a dimension the bundle ships PQ codebooks for uses them (MSHC)."""
-    fragment_dim = manifest.fragment_dim
-    if fragment_dim is None and settings.sfs:
-        fragment_dim = settings.sfs_fragment_dim
-    try:
-        settings.index_dir.mkdir(parents=True, exist_ok=True)
-        _check_bundle_record(settings.index_dir, manifest)
-        return Collection(
-            settings.index_dir,
-            dim=manifest.dim,
-            prefix_dims=sorted({manifest.coarse_dim, manifest.fine_dim}),
-            index_kinds=settings.index_kinds,
-            hnsw=settings.hnsw,
-            pq=settings.pq,
-            fragment_dim=fragment_dim,
-            pq_codebooks=bundle_pq_codebooks(settings, manifest),
-        )
-    except (OSError, ValueError) as exc:
-        raise StartupError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -120,6 +42,70 @@ class StoredDocument:
     metadata: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Resolutions:
+    """The dimensions the service embeds at (``prefix_dims``) and searches at."""
+
+    dim: int
+    prefix_dims: list[int]
+    granularity: dict[str, int]
+    indexed_dims: list[int]
+    fragment_dim: int | None
+
+
+@dataclass(frozen=True)
+class AutoRouting:
+    """How ``granularity=auto`` decides: with the bundle's heads (if any) and two thresholds."""
+
+    heads: bool
+    fine_threshold: float
+    coarse_threshold: float
+
+
+@dataclass(frozen=True)
+class IndexSize:
+    """One index of the collection, as ``/info`` and the index gauges report it."""
+
+    scoring: str
+    dimension: int
+    kind: str
+    vectors: int
+    bytes: int
+    bytes_per_vector: int
+    codebooks: str | None
+
+    @classmethod
+    def of(cls, stats: dict[str, Any]) -> IndexSize:
+        """From one entry of :attr:`index.CollectionStats.indexes`."""
+        return cls(
+            scoring=stats["scoring"],
+            dimension=stats["dim"],
+            kind=stats["kind"],
+            vectors=stats["vectors"],
+            bytes=stats["bytes"],
+            bytes_per_vector=stats["bytes_per_vector"],
+            codebooks=stats.get("codebooks"),
+        )
+
+
+@dataclass(frozen=True)
+class ServiceInfo:
+    """What ``/info`` shows. ``encoder`` and ``limits`` are the live encoder and settings: the
+    route's model reads the fields it publishes from them."""
+
+    model: str
+    bundle_hash: str
+    manifest: dict[str, Any]
+    resolutions: Resolutions
+    auto_routing: AutoRouting
+    documents: int
+    indexes: list[IndexSize]
+    recovery: dict[str, Any]
+    encoder: OnnxEncoder
+    search_threads: int
+    limits: Settings
+
+
 class Runtime:
     """The loaded bundle, encoder queue, router, collection and searcher."""
 
@@ -127,9 +113,14 @@ class Runtime:
         self,
         settings: Settings,
         manifest: Manifest,
+        *,
         encoder: OnnxEncoder,
         router: GranularityRouter,
         collection: Collection,
+        batcher: MicroBatcher,
+        searcher: Searcher,
+        search_executor: ThreadPoolExecutor,
+        cache: EmbeddingCache | None,
         metrics: Metrics,
     ) -> None:
         self.settings = settings
@@ -137,61 +128,15 @@ class Runtime:
         self.encoder = encoder
         self.router = router
         self.collection = collection
+        self.batcher = batcher
+        self.searcher = searcher
+        self._search_executor = search_executor
+        self.cache = cache
         self.metrics = metrics
-        self.batcher = MicroBatcher(
-            encoder.encode,
-            metrics,
-            max_batch=settings.max_batch_size,
-            max_wait_s=settings.max_wait_ms / 1000,
-            max_depth=settings.queue_depth,
-        )
-        self.searcher = Searcher(collection, manifest, router, settings, metrics)
-        # OpenMP thread counts belong to each thread, so FAISS's is set in every search thread.
-        self._search_executor = ThreadPoolExecutor(
-            max_workers=min(32, available_cores() + 4),
-            thread_name_prefix="search",
-            initializer=faiss.omp_set_num_threads,
-            initargs=(settings.faiss_threads,),
-        )
-        self.cache = (
-            None
-            if settings.redis_url is None
-            else EmbeddingCache(
-                settings.redis_url.get_secret_value(),
-                manifest.content_hash,
-                manifest.dim,
-                ttl_s=settings.cache_ttl_s,
-                timeout_s=settings.redis_timeout_ms / 1000,
-                retry_s=settings.redis_retry_s,
-                metrics=metrics,
-            )
-        )
         self._unsnapshotted_writes = False
         self._snapshot_lock = threading.Lock()
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False
-
-    @classmethod
-    def load(cls, settings: Settings, metrics: Metrics | None = None) -> Runtime:
-        """Load and check everything; :class:`StartupError` with one line on any problem."""
-        try:
-            manifest = load_bundle(settings.bundle_dir)
-        except BundleError as exc:
-            raise StartupError(str(exc)) from exc
-        try:
-            encoder = OnnxEncoder(
-                settings.bundle_dir, manifest, settings.threads, settings.encoder_spin
-            )
-            router = GranularityRouter(
-                settings.bundle_dir,
-                manifest,
-                settings.auto_fine_threshold,
-                settings.auto_coarse_threshold,
-            )
-        except Exception as exc:  # ONNX Runtime and tokenizers raise their own exception types
-            raise StartupError(f"cannot load the bundle's tokenizer or ONNX graphs: {exc}") from exc
-        collection = open_collection(settings, manifest)
-        return cls(settings, manifest, encoder, router, collection, metrics or Metrics())
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -331,71 +276,47 @@ class Runtime:
 
     # -- introspection ---------------------------------------------------------------------
 
-    def refresh_gauges(self) -> dict:
+    def refresh_gauges(self) -> CollectionStats:
         """Update the document and index gauges from the collection; return its stats."""
         stats = self.collection.stats()
-        self.metrics.documents.set(stats["documents"])
-        for index in stats["indexes"].values():
+        self.metrics.documents.set(stats.documents)
+        for index in map(IndexSize.of, stats.indexes.values()):
             labels = {
-                "scoring": index["scoring"],
-                "dimension": str(index["dim"]),
-                "kind": index["kind"],
+                "scoring": index.scoring,
+                "dimension": str(index.dimension),
+                "kind": index.kind,
             }
-            self.metrics.index_bytes.labels(**labels).set(index["bytes"])
-            self.metrics.index_bytes_per_vector.labels(**labels).set(index["bytes_per_vector"])
-            self.metrics.index_vectors.labels(**labels).set(index["vectors"])
+            self.metrics.index_bytes.labels(**labels).set(index.bytes)
+            self.metrics.index_bytes_per_vector.labels(**labels).set(index.bytes_per_vector)
+            self.metrics.index_vectors.labels(**labels).set(index.vectors)
         return stats
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ServiceInfo:
         stats = self.refresh_gauges()
         manifest = self.manifest
-        return {
-            "model": manifest.name,
-            "bundle_hash": manifest.content_hash,
-            "manifest": manifest.to_json(),
-            "resolutions": {
-                "dim": manifest.dim,
-                "prefix_dims": list(manifest.prefix_dims),
-                "granularity": dict(manifest.granularity),
-                "indexed_dims": self.searcher.dimensions,
-                "fragment_dim": self.collection.fragment_dim,
-            },
-            "auto_routing": {
-                "heads": self.router.has_heads,
-                "fine_threshold": self.router.fine_threshold,
-                "coarse_threshold": self.router.coarse_threshold,
-            },
-            "documents": stats["documents"],
-            "indexes": [
-                {
-                    "scoring": index["scoring"],
-                    "dimension": index["dim"],
-                    "kind": index["kind"],
-                    "vectors": index["vectors"],
-                    "bytes": index["bytes"],
-                    "bytes_per_vector": index["bytes_per_vector"],
-                    "codebooks": index.get("codebooks"),
-                }
-                for index in stats["indexes"].values()
-            ],
-            "recovery": stats["recovery"],
-            "encoder": {
-                "providers": self.encoder.providers,
-                "threads": self.encoder.threads,
-                "spin": self.encoder.spin,
-            },
-            "search_threads": self._search_executor.submit(faiss.omp_get_max_threads).result(),
-            "limits": {
-                "max_texts": self.settings.max_texts,
-                "max_chars": self.settings.max_chars,
-                "default_k": self.settings.default_k,
-                "max_k": self.settings.max_k,
-                "c2f_factor": self.settings.c2f_factor,
-                "max_batch_size": self.settings.max_batch_size,
-                "max_wait_ms": self.settings.max_wait_ms,
-                "queue_depth": self.settings.queue_depth,
-            },
-        }
+        return ServiceInfo(
+            model=manifest.name,
+            bundle_hash=manifest.content_hash,
+            manifest=manifest.to_json(),
+            resolutions=Resolutions(
+                dim=manifest.dim,
+                prefix_dims=list(manifest.prefix_dims),
+                granularity=dict(manifest.granularity),
+                indexed_dims=self.searcher.dimensions,
+                fragment_dim=self.collection.fragment_dim,
+            ),
+            auto_routing=AutoRouting(
+                heads=self.router.has_heads,
+                fine_threshold=self.router.fine_threshold,
+                coarse_threshold=self.router.coarse_threshold,
+            ),
+            documents=stats.documents,
+            indexes=[IndexSize.of(index) for index in stats.indexes.values()],
+            recovery=stats.recovery,
+            encoder=self.encoder,
+            search_threads=self._search_executor.submit(faiss.omp_get_max_threads).result(),
+            limits=self.settings,
+        )
 
 
 def current_runtime(request: Request) -> Runtime:

@@ -2,7 +2,7 @@
 
 A route is the resolution (granularity → prefix dimension of the manifest), the index kind, the
 re-ranking and the scoring. ``granularity=auto`` is decided per query by
-:class:`service.routing.GranularityRouter`. ``rerank=c2f`` answers at the full dimension: a
+:class:`service.granularity.GranularityRouter`. ``rerank=c2f`` answers at the full dimension: a
 shortlist of ``k × c2f_factor`` from the coarse prefix's index, re-ranked exactly by full-vector
 cosine (:meth:`index.Collection.search_c2f`); a query that auto routes to coarse is answered at
 the coarse prefix without re-ranking, and its route says so.
@@ -22,8 +22,8 @@ import numpy as np
 from bundle import COARSE, FINE, Manifest
 from index import Collection, Hit
 from service.errors import InvalidRequest
+from service.granularity import AutoDecision, GranularityRouter
 from service.metrics import Metrics
-from service.routing import AutoDecision, GranularityRouter
 from service.settings import Settings
 
 AUTO = "auto"
@@ -156,14 +156,19 @@ class Searcher:
             )
         return self.collection.search(vectors, k, route.dimension, route.index, route.scoring)
 
-    def _matches(self, hits: list[Hit]) -> list[Match]:
-        """Hits with their stored text and metadata (a document deleted meanwhile is dropped)."""
-        matches = []
-        for hit in hits:
-            document = self.collection.get(hit.id)
-            if document is not None:
-                matches.append(Match(hit.id, hit.score, document.text, document.metadata))
-        return matches
+    def _matches(self, hits: list[list[Hit]]) -> list[list[Match]]:
+        """Each query's hits with their stored text and metadata, read with one store call (a
+        document deleted meanwhile is dropped)."""
+        ids = [hit.id for row in hits for hit in row]
+        stored = dict(zip(ids, self.collection.get_many(ids), strict=True))
+        return [
+            [
+                Match(hit.id, hit.score, document.text, document.metadata)
+                for hit in row
+                if (document := stored[hit.id]) is not None
+            ]
+            for row in hits
+        ]
 
     def run(self, vectors: np.ndarray, plan: SearchPlan) -> SearchOutcome:
         """Route and search every query (rows of full, unnormalised ``vectors``)."""
@@ -192,8 +197,8 @@ class Searcher:
             ).observe(time.perf_counter() - group_started)
         searched = time.perf_counter()
         results = [
-            QueryResult(route, decision, self._matches(row_hits))
-            for route, decision, row_hits in zip(routes, decisions, hits, strict=True)
+            QueryResult(route, decision, matches)
+            for route, decision, matches in zip(routes, decisions, self._matches(hits), strict=True)
         ]
         return SearchOutcome(
             results,

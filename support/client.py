@@ -50,12 +50,12 @@ class FractalClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        if isinstance(target, httpx.Client):
-            self.http, self._owned = target, False
-            self.http.headers.update(headers)
-        else:
+        if isinstance(target, str):
             self.http = httpx.Client(base_url=target, timeout=timeout_s, headers=headers)
             self._owned = True
+        else:  # any client with httpx's API: Starlette's TestClient now builds on ``httpx2``
+            self.http, self._owned = target, False
+            self.http.headers.update(headers)
 
     def __enter__(self) -> FractalClient:
         return self

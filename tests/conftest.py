@@ -1,4 +1,11 @@
-"""Fixtures shared by every test package: a real Redis server."""
+"""Fixtures shared by every test package: bundles to serve and a real Redis server.
+
+The identity and V5 bundles are exported from MiniLM with torch (skipped where torch is
+absent); the tiny bundle is made with ``onnx`` alone (:mod:`tests.tiny_bundle`).
+
+Tests under ``tests/e2e`` are marked ``e2e`` and those under ``tests/benchmarks`` ``benchmark``,
+so that ``python -m pytest -m "not e2e and not benchmark"`` runs the fast core alone.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_servers import RedisServer
+from support.processes import RedisServer
+from tests.servers import start_redis
+from tests.service.bundles import identity_bundle, v5_bundle
+from tests.tiny_bundle import build_tiny_bundle
+
+PACKAGE_MARKERS = {"e2e": pytest.mark.e2e, "benchmarks": pytest.mark.benchmark}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by the test package it lives in (see the module docstring)."""
+    tests_dir = Path(__file__).parent
+    for item in items:
+        package = item.path.relative_to(tests_dir).parts[0]
+        if package in PACKAGE_MARKERS:
+            item.add_marker(PACKAGE_MARKERS[package])
+
+
+@pytest.fixture(scope="session")
+def identity_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return identity_bundle(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def v5_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return v5_bundle(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny-bundle")
+    build_tiny_bundle(directory)
+    return directory
 
 
 @pytest.fixture
@@ -15,8 +53,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A fresh, empty ``redis-server`` for one test; killed at the end."""
     directory = tmp_path / "redis"
     directory.mkdir()
-    server = RedisServer(directory)
-    server.start()
+    server = start_redis(directory)
     try:
         yield server
     finally:

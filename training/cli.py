@@ -298,50 +298,37 @@ def _cmd_quantize(args):
 
 def _cmd_ingest(args):
     """Send a dataset split to a running service as documents (a demo corpus)."""
-    import time
-
-    import httpx
     from tqdm.auto import tqdm
 
+    from support.client import FractalClient, RequestRefused
     from training.data.registry import load_dataset
 
     splits = load_dataset(args.dataset, max_train=args.max_texts, max_test=args.max_texts)
     part = splits.train if args.split == "train" else splits.test
     names = splits.hierarchy.label_names
     levels = splits.hierarchy.level_names
-    with httpx.Client(base_url=args.url, timeout=300) as client:
-        deadline = time.monotonic() + args.wait
-        while True:
-            try:
-                if client.get("/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise FractalError(f"no ready Fractal service at {args.url} after {args.wait:g} s")
-            time.sleep(0.5)
-        for start in tqdm(
-            range(0, len(part), args.batch_size),
-            desc="ingest",
-            unit="batch",
-            disable=args.no_progress,
-        ):
-            rows = range(start, min(start + args.batch_size, len(part)))
-            documents = [
-                {
-                    "id": f"{Path(args.dataset).name}-{args.split}-{i}",
-                    "text": part.texts[i],
-                    "metadata": {
-                        levels[lv]: names[lv][part.labels[i, lv]] for lv in range(len(levels))
-                    },
-                }
-                for i in rows
-            ]
-            response = client.post("/documents", json={"documents": documents})
-            if response.status_code != 200:
-                raise FractalError(
-                    f"the service refused a batch: {response.status_code} {response.text[:300]}"
-                )
+    documents = [
+        {
+            "id": f"{Path(args.dataset).name}-{args.split}-{i}",
+            "text": part.texts[i],
+            "metadata": {levels[lv]: names[lv][part.labels[i, lv]] for lv in range(len(levels))},
+        }
+        for i in range(len(part))
+    ]
+    with (
+        FractalClient(args.url) as client,
+        tqdm(total=len(part), desc="ingest", unit="doc", disable=args.no_progress) as bar,
+    ):
+        try:
+            client.wait_ready(args.wait)
+        except TimeoutError:
+            raise FractalError(
+                f"no ready Fractal service at {args.url} after {args.wait:g} s"
+            ) from None
+        try:
+            client.add_documents(documents, batch_size=args.batch_size, progress=bar.update)
+        except RequestRefused as refused:
+            raise FractalError(f"the service refused a batch: {refused}") from None
     print(f"ingested {len(part)} {args.split} texts of {args.dataset} into {args.url}")
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from service.errors import error_responses
 from service.metrics import label_request
+from service.routes import FromAttributes
 from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
 
@@ -49,17 +51,19 @@ class SearchBatch(SearchOptions):
     queries: list[str] = Field(min_length=1, description="At most FRACTAL_MAX_TEXTS queries.")
 
 
-class HitOut(BaseModel):
+class HitOut(FromAttributes):
     id: str
     score: float = Field(description="Cosine (or mean fragment cosine) at the route's dimension.")
     text: str
     metadata: dict[str, Any]
 
 
-class AutoRouteOut(BaseModel):
+class AutoRouteOut(FromAttributes):
     """What granularity=auto decided, and the head confidences (max softmax) it used."""
 
-    decision: Literal["coarse", "fine"]
+    decision: Literal["coarse", "fine"] = Field(
+        validation_alias=AliasChoices("decision", "granularity")  # AutoDecision.granularity
+    )
     reason: str
     coarse_label: str | None
     coarse_confidence: float | None
@@ -67,7 +71,7 @@ class AutoRouteOut(BaseModel):
     fine_confidence: float | None
 
 
-class RouteOut(BaseModel):
+class RouteOut(FromAttributes):
     """The path a query actually took."""
 
     requested_granularity: Literal["coarse", "fine", "auto"]
@@ -109,33 +113,8 @@ class BatchSearchResponse(BaseModel):
 
 
 def _result(query: str, requested: str, result: QueryResult) -> QueryResultOut:
-    route, auto = result.route, result.auto
-    return QueryResultOut(
-        query=query,
-        route=RouteOut(
-            requested_granularity=requested,
-            granularity=route.granularity,
-            dimension=route.dimension,
-            index=route.index,
-            rerank=route.rerank,
-            scoring=route.scoring,
-            shortlist_dimension=route.shortlist_dimension,
-            shortlist_k=route.shortlist_k,
-            auto=None
-            if auto is None
-            else AutoRouteOut(
-                decision=auto.granularity,
-                reason=auto.reason,
-                coarse_label=auto.coarse_label,
-                coarse_confidence=auto.coarse_confidence,
-                fine_label=auto.fine_label,
-                fine_confidence=auto.fine_confidence,
-            ),
-        ),
-        hits=[
-            HitOut(id=m.id, score=m.score, text=m.text, metadata=m.metadata) for m in result.matches
-        ],
-    )
+    route = {**asdict(result.route), "requested_granularity": requested, "auto": result.auto}
+    return QueryResultOut(query=query, route=RouteOut.model_validate(route), hits=result.matches)
 
 
 def _timings(outcome: SearchOutcome, encode_seconds: float) -> Timings:

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from service.errors import error_responses
+from service.routes import FromAttributes
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["system"])
@@ -19,7 +20,7 @@ class Status(BaseModel):
     status: Literal["ok", "ready"]
 
 
-class IndexInfo(BaseModel):
+class IndexInfo(FromAttributes):
     scoring: Literal["cosine", "sfs"]
     dimension: int
     kind: Literal["exact", "hnsw", "pq"]
@@ -33,7 +34,7 @@ class IndexInfo(BaseModel):
     )
 
 
-class Resolutions(BaseModel):
+class Resolutions(FromAttributes):
     dim: int
     prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
     granularity: dict[str, int] = Field(description="coarse and fine dimensions.")
@@ -41,19 +42,19 @@ class Resolutions(BaseModel):
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
 
 
-class AutoRouting(BaseModel):
+class AutoRouting(FromAttributes):
     heads: bool = Field(description="Whether the bundle has heads; without, auto → fine.")
     fine_threshold: float
     coarse_threshold: float
 
 
-class EncoderInfo(BaseModel):
+class EncoderInfo(FromAttributes):
     providers: list[str]
     threads: int
     spin: bool = Field(description="Whether idle ONNX Runtime threads spin-wait.")
 
 
-class Limits(BaseModel):
+class Limits(FromAttributes):
     max_texts: int
     max_chars: int
     default_k: int
@@ -64,7 +65,7 @@ class Limits(BaseModel):
     queue_depth: int
 
 
-class Info(BaseModel):
+class Info(FromAttributes):
     model: str
     bundle_hash: str
     manifest: dict[str, Any]
@@ -93,7 +94,7 @@ async def ready(runtime: RuntimeDep) -> Status:
 @router.get("/info", responses=error_responses(503))
 async def info(runtime: RuntimeDep) -> Info:
     """The manifest, the served resolutions, the documents and every index's size."""
-    return Info(**await asyncio.to_thread(runtime.info))
+    return Info.model_validate(await asyncio.to_thread(runtime.info))
 
 
 @router.get(

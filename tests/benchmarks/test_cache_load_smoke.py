@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import cache_load
-from tests.real_servers import require_binary
+from tests.servers import require_binary
 from tests.service.bundles import identity_bundle
 
 

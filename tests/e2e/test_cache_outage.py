@@ -11,9 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import Server
-from tests.real_servers import RedisServer, wait_until
-from tests.service.conftest import metric, metric_samples
+from support.metrics import metric, metric_samples
+from support.processes import RedisServer, ServiceProcess, wait_until
 
 QUERIES = [f"what is the balance of account number {number}" for number in range(40)]
 REQUESTS = 400
@@ -34,7 +33,7 @@ def _request(client: httpx.Client, number: int) -> int:
 
 
 def test_redis_killed_mid_load_fails_no_request_and_the_cache_comes_back(
-    launch: Callable[..., Server],
+    launch: Callable[..., ServiceProcess],
     identity_bundle_dir: Path,
     tmp_path: Path,
     redis_server: RedisServer,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e.conftest import ROOT
-from tests.real_servers import require_binary
+from support.processes import ROOT
+from tests.servers import require_binary
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SERVICES = {"fractal", "redis", "prometheus", "grafana"}

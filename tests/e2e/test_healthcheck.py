@@ -9,12 +9,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.conftest import ROOT, Server
+from support.processes import ROOT, ServiceProcess
 
 KEY = "healthcheck-key-0123456789"
 
 
-def _healthcheck(server: Server, bundle_dir: Path, api_keys: str) -> subprocess.CompletedProcess:
+def _healthcheck(
+    server: ServiceProcess, bundle_dir: Path, api_keys: str
+) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
     env.update(
         FRACTAL_BUNDLE_DIR=str(bundle_dir),
@@ -27,7 +29,7 @@ def _healthcheck(server: Server, bundle_dir: Path, api_keys: str) -> subprocess.
 
 
 def test_healthcheck_follows_the_service(
-    launch: Callable[..., Server], identity_bundle_dir: Path, tmp_path: Path
+    launch: Callable[..., ServiceProcess], identity_bundle_dir: Path, tmp_path: Path
 ) -> None:
     server = launch(identity_bundle_dir, tmp_path / "index", api_keys=KEY, public_health="false")
     healthy = _healthcheck(server, identity_bundle_dir, KEY)

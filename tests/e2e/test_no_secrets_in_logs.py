@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.conftest import Server
-from tests.real_servers import RedisServer
-from tests.service.conftest import metric, metric_samples
+from support.metrics import metric, metric_samples
+from support.processes import RedisServer, ServiceProcess
 
 KEY = "e2e-api-key-0123456789abcdef"
 WRONG_KEY = "e2e-api-key-0123456789abcdeX"
@@ -16,7 +15,7 @@ REDIS_PASSWORD = "redis-password-not-to-be-logged"
 
 
 def test_keys_and_the_redis_password_stay_out_of_the_log(
-    launch: Callable[..., Server],
+    launch: Callable[..., ServiceProcess],
     identity_bundle_dir: Path,
     tmp_path: Path,
     redis_server: RedisServer,

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, Server, start_server
-from tests.real_servers import PrometheusServer, RedisServer, wait_until
-from tests.service.conftest import metric, metric_samples
+from support.metrics import metric, metric_samples
+from support.processes import ROOT, ServiceProcess, wait_until
+from tests.servers import PrometheusServer, start_redis, start_server
 
 SCRAPE_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "fractal.json"
@@ -28,7 +28,7 @@ SEARCHES = [{"granularity": "coarse"}, {"granularity": "fine"}, {"rerank": "c2f"
 
 @dataclass
 class Stack:
-    service: Server
+    service: ServiceProcess
     prometheus: PrometheusServer
 
 
@@ -59,8 +59,7 @@ def _traffic(client: httpx.Client) -> None:
 @pytest.fixture(scope="module")
 def stack(v5_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("observability")
-    redis = RedisServer(directory)
-    redis.start()
+    redis = start_redis(directory)
     service = start_server(
         v5_bundle_dir, directory / "index", directory / "service.log", redis_url=redis.url
     )

@@ -10,14 +10,15 @@ import numpy as np
 import openai
 import pytest
 
-from tests.e2e.conftest import GRACEFUL_EXITS, Server
+from support.processes import ServiceProcess
+from tests.servers import GRACEFUL_EXITS
 
 MODEL = "clinc150-v5-small"
 TEXTS = ["i need to transfer money to my sister", "what's on my calendar today", "hi there"]
 
 
 def test_openai_client_embeddings(
-    v5_bundle_dir: Path, tmp_path: Path, launch: Callable[..., Server]
+    v5_bundle_dir: Path, tmp_path: Path, launch: Callable[..., ServiceProcess]
 ) -> None:
     server = launch(v5_bundle_dir, tmp_path / "index")
     client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)

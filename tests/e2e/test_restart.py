@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import GRACEFUL_EXITS, Server
+from support.processes import ServiceProcess
+from tests.servers import GRACEFUL_EXITS
 from tests.service.bundles import clinc
 
 SETTINGS = {"index_kinds": "exact,hnsw", "max_texts": "200", "max_k": "1000"}
@@ -51,7 +52,7 @@ def _assert_same(before: list, after: list) -> None:
 class Ingest(threading.Thread):
     """Posts batches of documents until the server dies; records what was acknowledged."""
 
-    def __init__(self, server: Server, texts: list[str]) -> None:
+    def __init__(self, server: ServiceProcess, texts: list[str]) -> None:
         super().__init__(daemon=True)
         self.server = server
         self.texts = texts
@@ -75,7 +76,7 @@ class Ingest(threading.Thread):
 
 
 def test_acknowledged_documents_survive_stop_and_kill(
-    identity_bundle_dir: Path, tmp_path: Path, launch: Callable[..., Server]
+    identity_bundle_dir: Path, tmp_path: Path, launch: Callable[..., ServiceProcess]
 ) -> None:
     splits = clinc()
     kept_texts = list(splits.train.texts[:NUM_KEPT])

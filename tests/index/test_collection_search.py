@@ -129,10 +129,10 @@ def test_replace_and_delete_show_in_search_and_get(
         assert [hit.id for hit in row].count("doc-3") == 1
     assert hits[0][0].id == "doc-3"
     stats = collection.stats()
-    assert stats["documents"] == 299
-    assert stats["indexes"][f"cosine-64-{kind}"]["vectors"] == 299
+    assert stats.documents == 299
+    assert stats.indexes[f"cosine-64-{kind}"]["vectors"] == 299
     if kind == "pq":
-        assert stats["indexes"]["cosine-64-pq"]["trained"]
+        assert stats.indexes["cosine-64-pq"]["trained"]
 
 
 def test_hnsw_graphs_are_rebuilt_once_deletions_pass_the_threshold(
@@ -144,9 +144,9 @@ def test_hnsw_graphs_are_rebuilt_once_deletions_pass_the_threshold(
     )
     collection.upsert(ids, ["text"] * len(ids), vectors)
     collection.delete(ids[:60])
-    assert collection.stats()["indexes"]["cosine-64-hnsw"]["deleted"] == 60  # 20%: kept
+    assert collection.stats().indexes["cosine-64-hnsw"]["deleted"] == 60  # 20%: kept
     collection.delete(ids[60:90])
-    for entry in collection.stats()["indexes"].values():
+    for entry in collection.stats().indexes.values():
         assert entry["deleted"] == 0 and entry["vectors"] == 210
     hits = collection.search(vectors[90:100], 1, 64, "hnsw")
     assert [row[0].id for row in hits] == ids[90:100]
@@ -160,11 +160,11 @@ def test_stats_report_sizes_per_index_and_pq_training(
         tmp_path, index_kinds=("exact", "pq"), pq=PqParams(m=4, nbits=8, min_train=1000)
     )
     collection.upsert(ids, ["text"] * len(ids), vectors)
-    indexes = collection.stats()["indexes"]
+    indexes = collection.stats().indexes
     assert set(indexes) == {"cosine-16-exact", "cosine-16-pq", "cosine-64-exact", "cosine-64-pq"}
     assert indexes["cosine-64-pq"]["trained"] is False  # 300 < 1000: still exact
     assert indexes["cosine-16-exact"]["bytes"] < indexes["cosine-64-exact"]["bytes"]
-    assert collection.stats()["change_counter"] == 300
+    assert collection.stats().change_counter == 300
 
 
 def test_pq_collection_uses_less_memory_than_exact_once_trained(
@@ -175,7 +175,7 @@ def test_pq_collection_uses_less_memory_than_exact_once_trained(
         tmp_path, index_kinds=("exact", "pq"), pq=PqParams(m=8, nbits=4, min_train=200)
     )
     collection.upsert(ids, ["text"] * len(ids), vectors)
-    indexes = collection.stats()["indexes"]
+    indexes = collection.stats().indexes
     assert indexes["cosine-64-pq"]["trained"] is True
     assert indexes["cosine-64-pq"]["bytes"] < indexes["cosine-64-exact"]["bytes"]
     assert all(len(row) == 5 for row in collection.search(vectors[:3], 5, 64, "pq"))
@@ -224,4 +224,4 @@ def test_bad_writes_and_queries_are_refused_with_messages(
     for call, message in bad_calls:
         with pytest.raises(ValueError, match=message):
             call()
-    assert collection.stats()["documents"] == 10
+    assert collection.stats().documents == 10

@@ -69,8 +69,8 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
     live = set(initial) | {f"r{r}-{i}" for r in range(15) for i in range(40)}
     live -= {f"d{100 + r}" for r in range(15)} | {f"r{r}-0" for r in range(14)}
     stats = collection.stats()
-    assert stats["documents"] == len(live)
-    assert all(entry["vectors"] == len(live) for entry in stats["indexes"].values())
+    assert stats.documents == len(live)
+    assert all(entry["vectors"] == len(live) for entry in stats.indexes.values())
     final = collection.search(rng.standard_normal((5, 32)), 50, 32, "hnsw")
     assert all(hit.id in live and collection.get(hit.id) for row in final for hit in row)
 
@@ -89,7 +89,7 @@ def test_searches_run_between_the_chunks_of_a_large_upsert(
     def searcher() -> None:
         while not done.is_set():
             collection.search(vectors[0], 1, 16)
-            seen.add(collection.stats()["documents"])
+            seen.add(collection.stats().documents)
 
     thread = threading.Thread(target=searcher)
     thread.start()

@@ -35,7 +35,7 @@ def results(
     only a PQ index loaded from a snapshot is expected to answer exactly as before.
     """
     found = {}
-    for name in collection.stats()["indexes"]:
+    for name in collection.stats().indexes:
         scoring, dim, kind = name.split("-")
         if kind not in kinds:
             continue
@@ -59,9 +59,9 @@ def test_documents_and_search_survive_reopening_without_a_snapshot(
     assert stored is not None and stored.text == "text of d7"
     np.testing.assert_array_equal(stored.vector, vectors[7])
     assert results(reopened, vectors[:4], UNQUANTISED) == before
-    recovery = reopened.stats()["recovery"]
+    recovery = reopened.stats().recovery
     assert recovery["loaded"] == [] and set(recovery["rebuilt"].values()) == {"no snapshot"}
-    assert reopened.stats()["change_counter"] == 201
+    assert reopened.stats().change_counter == 201
 
 
 def test_reopening_after_a_snapshot_catches_up_with_later_writes(
@@ -77,16 +77,16 @@ def test_reopening_after_a_snapshot_catches_up_with_later_writes(
     collection.close()
 
     reopened = open_collection(tmp_path)
-    recovery = reopened.stats()["recovery"]
+    recovery = reopened.stats().recovery
     assert recovery["snapshot_counter"] == 200
     assert len(recovery["loaded"]) == 12 and recovery["rebuilt"] == {}
     assert recovery["caught_up_changes"] == 4  # net: add d0', new-1; remove d0, d1
     assert results(reopened, queries) == before
     assert reopened.search(later[1], 1, 32)[0][0].id == "new-1"
     assert reopened.get("d1") is None and reopened.get("new-2") is None
-    assert reopened.stats()["indexes"]["cosine-32-pq"]["trained"]
-    assert reopened.stats()["indexes"]["cosine-32-hnsw"]["deleted"] == 2
-    assert reopened.stats()["documents"] == 200
+    assert reopened.stats().indexes["cosine-32-pq"]["trained"]
+    assert reopened.stats().indexes["cosine-32-hnsw"]["deleted"] == 2
+    assert reopened.stats().documents == 200
 
 
 def test_a_corrupt_snapshot_file_is_rebuilt_from_the_store(
@@ -105,7 +105,7 @@ def test_a_corrupt_snapshot_file_is_rebuilt_from_the_store(
     (tmp_path / "snapshot" / manifest["indexes"]["sfs-32-exact"]["index_file"]).unlink()
 
     reopened = open_collection(tmp_path)
-    rebuilt = reopened.stats()["recovery"]["rebuilt"]
+    rebuilt = reopened.stats().recovery["rebuilt"]
     assert set(rebuilt) == {"cosine-8-hnsw", "sfs-32-exact"}
     assert "checksum" in rebuilt["cosine-8-hnsw"]
     assert "unreadable" in rebuilt["sfs-32-exact"]
@@ -123,7 +123,7 @@ def test_an_unreadable_manifest_rebuilds_everything(
     (tmp_path / "snapshot" / "manifest.json").write_text("{not json")
 
     reopened = open_collection(tmp_path)
-    recovery = reopened.stats()["recovery"]
+    recovery = reopened.stats().recovery
     assert recovery["loaded"] == [] and len(recovery["rebuilt"]) == 12
     assert all(reason.startswith("unusable manifest") for reason in recovery["rebuilt"].values())
     assert results(reopened, vectors[:3], UNQUANTISED) == before
@@ -138,7 +138,7 @@ def test_changed_parameters_rebuild_only_the_affected_indexes(
     collection.close()
 
     reopened = open_collection(tmp_path, hnsw=HnswParams(ef_search=64))
-    rebuilt = reopened.stats()["recovery"]["rebuilt"]
+    rebuilt = reopened.stats().recovery["rebuilt"]
     assert set(rebuilt) == {"cosine-8-hnsw", "cosine-32-hnsw", "sfs-8-hnsw", "sfs-32-hnsw"}
     assert set(rebuilt.values()) == {"parameters changed since the snapshot"}
     assert reopened.search(vectors[3], 1, 32, "hnsw")[0][0].id == "d3"
@@ -163,8 +163,8 @@ def test_snapshots_replace_each_other_and_prune_the_change_log(
         store.changes_since(100)
     store.close()
     reopened = open_collection(tmp_path)
-    assert reopened.stats()["recovery"]["caught_up_changes"] == 0
-    assert len(reopened.stats()["recovery"]["loaded"]) == 12
+    assert reopened.stats().recovery["caught_up_changes"] == 0
+    assert len(reopened.stats().recovery["loaded"]) == 12
 
 
 def test_a_snapshot_of_another_store_is_not_used(tmp_path: Path, rng: np.random.Generator) -> None:
@@ -180,6 +180,6 @@ def test_a_snapshot_of_another_store_is_not_used(tmp_path: Path, rng: np.random.
         (tmp_path / "b" / "snapshot" / path.name).write_bytes(path.read_bytes())
 
     reopened = open_collection(tmp_path / "b")
-    assert reopened.stats()["recovery"]["loaded"] == []
-    assert "another store" in next(iter(reopened.stats()["recovery"]["rebuilt"].values()))
+    assert reopened.stats().recovery["loaded"] == []
+    assert "another store" in next(iter(reopened.stats().recovery["rebuilt"].values()))
     assert [hit.id for hit in reopened.search(vectors, 5, 32)[0]] == ["only-in-b"]

@@ -11,8 +11,12 @@ import pytest
 from index.store import Document, Store
 
 
-def doc(doc_id: str, value: float, text: str = "", dim: int = 4) -> Document:
-    return Document(doc_id, text or f"text of {doc_id}", np.full(dim, value, np.float32))
+def doc(
+    doc_id: str, value: float, text: str = "", dim: int = 4, metadata: dict | None = None
+) -> Document:
+    return Document(
+        doc_id, text or f"text of {doc_id}", np.full(dim, value, np.float32), metadata or {}
+    )
 
 
 def test_upsert_gives_new_rows_and_replacing_moves_a_document_to_a_new_row(tmp_path: Path) -> None:
@@ -41,6 +45,19 @@ def test_delete_removes_known_ids_and_ignores_unknown_ones(tmp_path: Path) -> No
     live = store.live_rows()
     assert live.doc_ids == ["b"] and live.rows.tolist() == [rows[1]]
     np.testing.assert_array_equal(live.vectors, np.full((1, 4), 2.0))
+    store.close()
+
+
+def test_get_many_keeps_the_order_and_gives_none_for_unknown_ids(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store.sqlite3", 4)
+    store.upsert([doc("a", 1.0), doc("b", 2.0, metadata={"n": 2}), doc("c", 3.0)])
+    store.delete(["c"])
+    found = store.get_many(["b", "missing", "a", "c", "b"])
+    assert [d and d.id for d in found] == ["b", None, "a", None, "b"]
+    assert found[0] is not None and found[0].metadata == {"n": 2}
+    assert found[2] is not None and found[2].text == store.get("a").text
+    np.testing.assert_array_equal(found[2].vector, np.full(4, 1.0))
+    assert store.get_many([]) == []
     store.close()
 
 

@@ -21,8 +21,8 @@ from service.batching import MicroBatcher
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import NotReady, Overloaded
 from service.metrics import Metrics
-from service.runtime import Runtime
-from tests.service.conftest import make_settings
+from service.startup import load_runtime
+from tests.service.helpers import make_settings
 
 pytestmark = pytest.mark.anyio
 WAIT_S = 30.0
@@ -34,8 +34,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def encoder(identity_bundle_dir: Path) -> OnnxEncoder:
-    return OnnxEncoder(identity_bundle_dir, load_bundle(identity_bundle_dir), threads=1)
+def encoder(tiny_bundle_dir: Path) -> OnnxEncoder:
+    return OnnxEncoder(tiny_bundle_dir, load_bundle(tiny_bundle_dir), threads=1)
 
 
 class GatedEncoder:
@@ -153,12 +153,12 @@ async def test_stop_fails_waiting_and_running_requests(encoder: OnnxEncoder) -> 
 
 
 async def test_full_queue_is_http_429_with_retry_after(
-    identity_bundle_dir: Path, tmp_path: Path, encoder: OnnxEncoder
+    tiny_bundle_dir: Path, tmp_path: Path, encoder: OnnxEncoder
 ) -> None:
     settings = make_settings(
-        identity_bundle_dir, tmp_path / "index", queue_depth=4, max_texts=4, max_wait_ms=0
+        tiny_bundle_dir, tmp_path / "index", queue_depth=4, max_texts=4, max_wait_ms=0
     )
-    runtime = Runtime.load(settings)
+    runtime = load_runtime(settings)
     gated = GatedEncoder(encoder)
     runtime.batcher = _batcher(gated, max_batch=2, max_depth=4, metrics=runtime.metrics)
     app = create_app(settings, runtime)

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from service.cache import KEY_PREFIX
 from service.settings import Settings, describe_settings_error
-from tests.real_servers import RedisServer, free_port, wait_until
-from tests.service.conftest import metric, metric_samples, serve
+from support.metrics import metric, metric_samples
+from support.processes import RedisServer, free_port, wait_until
+from tests.service.helpers import serve
 
 TEXTS = [f"how do i move {amount} dollars to my savings account" for amount in range(10)]
 REPEATS = 30
@@ -30,9 +31,9 @@ def _embed(client: TestClient, texts: list[str], **options: object) -> list[list
 
 @pytest.fixture
 def cached_settings(
-    identity_bundle_dir: Path, settings_for: Callable[..., Settings], redis_server: RedisServer
+    tiny_bundle_dir: Path, settings_for: Callable[..., Settings], redis_server: RedisServer
 ) -> Settings:
-    return settings_for(identity_bundle_dir, redis_url=redis_server.url, redis_retry_s=0.2)
+    return settings_for(tiny_bundle_dir, redis_url=redis_server.url, redis_retry_s=0.2)
 
 
 def test_repeated_queries_hit_the_cache_and_skip_the_encoder(cached_settings: Settings) -> None:
@@ -73,12 +74,12 @@ def test_one_entry_serves_every_prefix_and_search(
 
 
 def test_redis_down_at_start_then_up_is_used_without_a_restart(
-    identity_bundle_dir: Path, settings_for: Callable[..., Settings], tmp_path: Path
+    tiny_bundle_dir: Path, settings_for: Callable[..., Settings], tmp_path: Path
 ) -> None:
     redis_dir = tmp_path / "late-redis"
     redis_dir.mkdir()
     late = RedisServer(redis_dir, port=free_port())
-    settings = settings_for(identity_bundle_dir, redis_url=late.url, redis_retry_s=0.2)
+    settings = settings_for(tiny_bundle_dir, redis_url=late.url, redis_retry_s=0.2)
     try:
         with serve(settings) as client:
             uncached = _embed(client, TEXTS[:3])  # nothing listens on the port yet
@@ -129,11 +130,11 @@ def test_a_value_of_the_wrong_size_is_a_miss(
     assert metric(samples, "fractal_encode_batch_size_sum") == 2
 
 
-def test_redis_url_is_checked_without_showing_it(identity_bundle_dir: Path) -> None:
-    assert Settings(bundle_dir=identity_bundle_dir, redis_url="").redis_url is None
+def test_redis_url_is_checked_without_showing_it(tiny_bundle_dir: Path) -> None:
+    assert Settings(bundle_dir=tiny_bundle_dir, redis_url="").redis_url is None
     for bad in ("http://:hunter2-password@cache:6379/0", "redis://:hunter2-password@cache:x/0"):
         with pytest.raises(ValidationError) as error:
-            Settings(bundle_dir=identity_bundle_dir, redis_url=bad)
+            Settings(bundle_dir=tiny_bundle_dir, redis_url=bad)
         message = describe_settings_error(error.value)
         assert message.startswith("invalid settings: FRACTAL_REDIS_URL: ")
         assert "hunter2" not in message

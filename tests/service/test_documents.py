@@ -13,12 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.conftest import make_settings, serve
+from tests.service.helpers import make_settings, serve
 
 
 @pytest.fixture(scope="module")
-def settings(identity_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return make_settings(identity_bundle_dir, tmp_path_factory.mktemp("documents-index"))
+def settings(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return make_settings(tiny_bundle_dir, tmp_path_factory.mktemp("documents-index"))
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +130,8 @@ def test_non_finite_metadata_is_refused(client: TestClient) -> None:
     assert "metadata must be plain JSON" in response.json()["error"]["message"]
 
 
-def test_writes_are_snapshotted_periodically(identity_bundle_dir: Path, settings_for) -> None:
-    settings = settings_for(identity_bundle_dir, snapshot_interval_s=0.005)
+def test_writes_are_snapshotted_periodically(tiny_bundle_dir: Path, settings_for) -> None:
+    settings = settings_for(tiny_bundle_dir, snapshot_interval_s=0.005)
     manifest = settings.index_dir / "snapshot" / "manifest.json"
     with serve(settings) as client:
         assert not manifest.exists()  # nothing written, nothing to snapshot

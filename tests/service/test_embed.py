@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tokenizers import Tokenizer
 
-from tests.service.conftest import make_settings, serve
+from tests.service.helpers import make_settings, serve
 
 TEXTS = ["transfer 200 dollars to my checking account", "wake me up at 6", "tell me a joke"]
 

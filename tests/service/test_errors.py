@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.service.conftest import make_settings, serve
+from tests.service.helpers import make_settings, serve
 
 MODEL = "clinc150-v5-small"
 JSON = {"content-type": "application/json"}

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from bundle import load_bundle, write_manifest
 from service.errors import StartupError
-from service.runtime import Runtime
+from service.startup import load_runtime
 from tests.service.bundles import clinc, mshc_bundle
-from tests.service.conftest import add_documents, make_settings, serve
+from tests.service.helpers import add_documents, make_settings, serve
 
 NUM_DOCUMENTS = 300
 NUM_QUERIES = 20
@@ -128,6 +128,6 @@ def test_codebooks_that_disagree_with_the_manifest_are_refused(
     write_manifest(copy, load_bundle(bundle_dir))  # re-hashed: only the shape is wrong
     settings = make_settings(copy, tmp_path / "index", index_kinds="pq")
     with pytest.raises(StartupError, match=r"holds float32 \[8, 256, 6\], the manifest says"):
-        Runtime.load(settings)
+        load_runtime(settings)
     # Without a PQ index the codebooks are not needed, and the bundle serves.
-    Runtime.load(make_settings(copy, tmp_path / "index2", index_kinds="exact")).collection.close()
+    load_runtime(make_settings(copy, tmp_path / "index2", index_kinds="exact")).collection.close()

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.service.bundles import clinc
-from tests.service.conftest import add_documents, make_settings, serve
+from tests.service.helpers import add_documents, make_settings, serve
 
 NUM_DOCUMENTS = 300
 NUM_QUERIES = 40
@@ -239,9 +239,9 @@ def test_too_many_queries(client: TestClient) -> None:
 
 
 def test_identity_bundle_auto_is_fine_and_sfs_off(
-    identity_bundle_dir: Path, settings_for, corpus: tuple
+    tiny_bundle_dir: Path, settings_for, corpus: tuple
 ) -> None:
-    with serve(settings_for(identity_bundle_dir, index_kinds="hnsw")) as client:
+    with serve(settings_for(tiny_bundle_dir, index_kinds="hnsw")) as client:
         add_documents(client, corpus[0][:20])
         result = client.get("/search", params={"q": "pay my bill", "granularity": "auto"}).json()
         route = result["route"]

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from service.settings import Settings, describe_settings_error
-from tests.service.conftest import metric, metric_samples, serve
+from support.metrics import metric, metric_samples
+from tests.service.helpers import serve
 
 CONTRACT = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 KEY = "k3y-for-the-tests-0123456789"
@@ -38,10 +39,10 @@ def _call(client: TestClient, method: str, path: str, key: str | None, scheme: s
 
 
 @pytest.fixture(scope="module")
-def locked(identity_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def locked(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A service with two keys, nothing public, a small body limit and one allowed origin."""
     settings = Settings(
-        bundle_dir=identity_bundle_dir,
+        bundle_dir=tiny_bundle_dir,
         index_dir=tmp_path_factory.mktemp("locked-index"),
         encoder_threads=1,
         snapshot_interval_s=0,
@@ -94,9 +95,9 @@ def test_refusals_are_counted(locked: TestClient) -> None:
 
 
 def test_health_and_metrics_are_open_by_default(
-    identity_bundle_dir: Path, settings_for: Callable[..., Settings]
+    tiny_bundle_dir: Path, settings_for: Callable[..., Settings]
 ) -> None:
-    with serve(settings_for(identity_bundle_dir, api_keys=KEY)) as client:
+    with serve(settings_for(tiny_bundle_dir, api_keys=KEY)) as client:
         for path in ("/health", "/ready", "/metrics"):
             assert client.get(path).status_code == 200, path
         assert client.get("/info").status_code == 401
@@ -105,9 +106,9 @@ def test_health_and_metrics_are_open_by_default(
 
 
 def test_without_keys_everything_is_open(
-    identity_bundle_dir: Path, settings_for: Callable[..., Settings]
+    tiny_bundle_dir: Path, settings_for: Callable[..., Settings]
 ) -> None:
-    with serve(settings_for(identity_bundle_dir)) as client:
+    with serve(settings_for(tiny_bundle_dir)) as client:
         assert client.get("/info").status_code == 200
         assert client.post("/embed", json={"texts": ["a"]}).status_code == 200
 
@@ -159,10 +160,10 @@ def test_cors_allows_the_listed_origin_only(locked: TestClient) -> None:
     assert refused.headers["access-control-allow-origin"] == ORIGIN
 
 
-def test_a_short_key_is_refused_without_showing_it(identity_bundle_dir: Path) -> None:
+def test_a_short_key_is_refused_without_showing_it(tiny_bundle_dir: Path) -> None:
     with pytest.raises(ValidationError) as error:
-        Settings(bundle_dir=identity_bundle_dir, api_keys="short-secret")
+        Settings(bundle_dir=tiny_bundle_dir, api_keys="short-secret")
     message = describe_settings_error(error.value)
     assert "FRACTAL_API_KEYS" in message and "16" in message
     assert "short-secret" not in message
-    assert KEY not in repr(Settings(bundle_dir=identity_bundle_dir, api_keys=KEY))
+    assert KEY not in repr(Settings(bundle_dir=tiny_bundle_dir, api_keys=KEY))

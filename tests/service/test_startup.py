@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from service.errors import StartupError
-from service.runtime import Runtime
 from service.settings import Settings, describe_settings_error
-from tests.service.conftest import make_settings
+from service.startup import load_runtime
+from tests.service.helpers import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,10 +85,10 @@ def test_missing_bundle_ends_the_process_with_one_line(tmp_path: Path) -> None:
 
 
 def test_tampered_bundle_ends_the_process_with_one_line(
-    identity_bundle_dir: Path, tmp_path: Path
+    tiny_bundle_dir: Path, tmp_path: Path
 ) -> None:
     bundle = tmp_path / "bundle"
-    shutil.copytree(identity_bundle_dir, bundle)
+    shutil.copytree(tiny_bundle_dir, bundle)
     with (bundle / "tokenizer.json").open("a") as tokenizer:
         tokenizer.write(" ")
     result = _serve(FRACTAL_BUNDLE_DIR=str(bundle), FRACTAL_INDEX_DIR=str(tmp_path / "index"))
@@ -112,17 +112,17 @@ def test_index_dir_of_another_bundle_is_refused(
     identity_bundle_dir: Path, v5_bundle_dir: Path, tmp_path: Path
 ) -> None:
     index_dir = tmp_path / "index"
-    Runtime.load(make_settings(identity_bundle_dir, index_dir)).collection.close()
+    load_runtime(make_settings(identity_bundle_dir, index_dir)).collection.close()
     with pytest.raises(StartupError, match="holds vectors of bundle 'identity'"):
-        Runtime.load(make_settings(v5_bundle_dir, index_dir))
+        load_runtime(make_settings(v5_bundle_dir, index_dir))
 
 
 def test_index_parameters_that_do_not_fit_are_refused(
-    identity_bundle_dir: Path, tmp_path: Path
+    tiny_bundle_dir: Path, tmp_path: Path
 ) -> None:
-    settings = make_settings(identity_bundle_dir, tmp_path / "index", index_kinds="pq", pq_m=7)
+    settings = make_settings(tiny_bundle_dir, tmp_path / "index", index_kinds="pq", pq_m=7)
     with pytest.raises(StartupError, match="PQ m=7 sub-quantizers must divide"):
-        Runtime.load(settings)
+        load_runtime(settings)
 
 
 def test_service_never_imports_torch_or_training() -> None:

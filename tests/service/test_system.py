@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.service.conftest import make_settings, metric_samples, serve
+from support.metrics import metric_samples
+from tests.service.helpers import make_settings, serve
 
 DOCUMENTS = ["reset my pin", "is it going to rain", "find me a recipe for lasagna"]
 

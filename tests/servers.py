@@ -1,0 +1,123 @@
+"""Real servers for the tests: the service, Redis and Prometheus on free loopback ports.
+
+The launchers themselves are :mod:`support.processes` (shared with the benchmarks and the CLI);
+this module adds what only tests want: a missing binary fails the test under CI (``CI=true``,
+where ``.ci/run`` installs it) and skips it elsewhere; the service starts with the test settings
+(snapshots only at shutdown, one encoder thread); and a Prometheus server, which only the
+observability test runs. Each is started bounded in time and always stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.processes import (
+    MissingBinary,
+    ProcessFailed,
+    RedisServer,
+    ServiceProcess,
+    find_binary,
+    free_port,
+    log_tail,
+    start_service,
+    wait_until,
+)
+
+SERVICE_START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
+GRACEFUL_EXITS = (0, -signal.SIGTERM)
+"""Exit statuses after SIGTERM: uvicorn shuts down gracefully, then re-raises the signal."""
+TEST_SETTINGS = {"snapshot_interval_s": "0", "encoder_threads": "1"}
+"""Snapshots only at shutdown, and one encoder thread: test runs share a small machine."""
+
+
+def require_binary(name: str) -> str:
+    """The binary's path; a failure under CI, a skip elsewhere, when it is not installed."""
+    try:
+        return find_binary(name)
+    except MissingBinary as missing:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
+
+
+def start_redis(directory: Path) -> RedisServer:
+    """A started ``redis-server`` in ``directory`` (see :func:`require_binary`)."""
+    require_binary("redis-server")
+    server = RedisServer(directory)
+    server.start()
+    return server
+
+
+def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str) -> ServiceProcess:
+    """``python -m service`` with the test settings overridden by ``variables``, ready (asked
+    with the first of the ``api_keys``, if any)."""
+    api_key = variables.get("api_keys", "").split(",")[0].strip() or None
+    return start_service(
+        bundle_dir,
+        index_dir,
+        log,
+        ready_timeout_s=SERVICE_START_TIMEOUT_S,
+        api_key=api_key,
+        **(TEST_SETTINGS | variables),
+    )
+
+
+@dataclass
+class PrometheusServer:
+    """``prometheus`` with a given config on 127.0.0.1:``port``, data in a temporary dir."""
+
+    directory: Path
+    config: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "prometheus.log"
+
+    def start(self) -> None:
+        command = [
+            require_binary("prometheus"),
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+        wait_until(self._ready, f"prometheus on port {self.port}")
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ProcessFailed(f"prometheus exited: {log_tail(self.log)}")
+        try:
+            return httpx.get(f"{self.base_url}/-/ready", timeout=1.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def query(self, promql: str) -> list[dict]:
+        """The result vector of an instant query through the HTTP API."""
+        response = httpx.get(f"{self.base_url}/api/v1/query", params={"query": promql}, timeout=5)
+        response.raise_for_status()
+        return response.json()["data"]["result"]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(STOP_TIMEOUT_S)

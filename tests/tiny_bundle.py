@@ -1,0 +1,138 @@
+"""A tiny, valid bundle made without torch: for tests that need *a* bundle, not a trained one.
+
+It is shaped like the identity bundle of MiniLM (objective ``identity``, no heads, 384-d, prefixes
+64 … 384, coarse 64, fine 384), so that a test can serve either. Its parts:
+
+- ``tokenizer.json``: a BERT-style WordPiece tokenizer over single characters (lower-cased, accents
+  stripped, ``[CLS] … [SEP]`` around every text), so any text has tokens and different texts
+  different ones;
+- ``encoder.onnx``: token embeddings → mean over the attention mask → a fixed projection, with
+  weights drawn from a seeded generator, written with ``onnx.helper``;
+- ``manifest.json``: written and checked by the bundle package (:func:`bundle.write_manifest`,
+  :func:`bundle.load_bundle`).
+
+The same seed gives the same files, hence the same bundle hash.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+from bundle import (
+    ATTENTION_MASK,
+    COARSE,
+    EMBEDDING,
+    ENCODER_FILE,
+    FINE,
+    INPUT_IDS,
+    TOKENIZER_FILE,
+    Backbone,
+    Manifest,
+    load_bundle,
+    write_manifest,
+)
+
+NAME = "tiny"
+DIM = 384
+PREFIX_DIMS = (64, 128, 192, 256, 384)
+MAX_TOKENS = 128
+SEED = 13
+ONNX_OPSET = 17
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+CHARACTERS = string.ascii_lowercase + string.digits + string.punctuation
+
+
+def _vocabulary() -> dict[str, int]:
+    """Special tokens, every character as a word start and as a continuation (``##c``)."""
+    tokens = [*SPECIAL_TOKENS, *CHARACTERS, *(f"##{c}" for c in CHARACTERS)]
+    return {token: position for position, token in enumerate(tokens)}
+
+
+def tiny_tokenizer() -> Tokenizer:
+    """The bundle's tokenizer, truncating at ``MAX_TOKENS`` and padding to a batch's longest."""
+    vocabulary = _vocabulary()
+    tokenizer = Tokenizer(models.WordPiece(vocabulary, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", vocabulary["[CLS]"]), ("[SEP]", vocabulary["[SEP]"])],
+    )
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.enable_padding(pad_id=vocabulary["[PAD]"], pad_token="[PAD]")
+    return tokenizer
+
+
+def tiny_encoder(vocabulary_size: int, seed: int = SEED) -> onnx.ModelProto:
+    """input_ids + attention_mask (int64, [batch, sequence]) → embedding (float32, [batch, DIM]):
+    embedding lookup, mean over the real tokens, then a fixed projection."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((vocabulary_size, DIM)).astype(np.float32)
+    projection = (rng.standard_normal((DIM, DIM)) / np.sqrt(DIM)).astype(np.float32)
+    batch_and_sequence = ["batch", "sequence"]
+    nodes = [
+        helper.make_node("Gather", ["table", INPUT_IDS], ["tokens"]),
+        helper.make_node("Cast", [ATTENTION_MASK], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask", "last_axis"], ["mask_column"]),
+        helper.make_node("Mul", ["tokens", "mask_column"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "sequence_axis"], ["summed"], keepdims=0),
+        helper.make_node("ReduceSum", ["mask", "sequence_axis"], ["counts"], keepdims=1),
+        helper.make_node("Max", ["counts", "one"], ["divisor"]),
+        helper.make_node("Div", ["summed", "divisor"], ["pooled"]),
+        helper.make_node("MatMul", ["pooled", "projection"], [EMBEDDING]),
+    ]
+    initializers = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(projection, "projection"),
+        numpy_helper.from_array(np.array([2], np.int64), "last_axis"),
+        numpy_helper.from_array(np.array([1], np.int64), "sequence_axis"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_encoder",
+        [
+            helper.make_tensor_value_info(INPUT_IDS, TensorProto.INT64, batch_and_sequence),
+            helper.make_tensor_value_info(ATTENTION_MASK, TensorProto.INT64, batch_and_sequence),
+        ],
+        [helper.make_tensor_value_info(EMBEDDING, TensorProto.FLOAT, ["batch", DIM])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def build_tiny_bundle(out_dir: Path) -> Manifest:
+    """Write the tiny bundle to ``out_dir`` (created, or an empty folder) and return its
+    manifest, read back and verified as the service reads it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = tiny_tokenizer()
+    tokenizer.save(str(out_dir / TOKENIZER_FILE))
+    onnx.save(tiny_encoder(tokenizer.get_vocab_size()), out_dir / ENCODER_FILE)
+    write_manifest(
+        out_dir,
+        Manifest(
+            name=NAME,
+            objective="identity",
+            backbone=Backbone(
+                source="tests/tiny_bundle.py",
+                pooling="mean",
+                max_tokens=MAX_TOKENS,
+                hidden_size=DIM,
+                fingerprint=f"seed-{SEED}",
+            ),
+            dim=DIM,
+            prefix_dims=PREFIX_DIMS,
+            granularity={COARSE: PREFIX_DIMS[0], FINE: PREFIX_DIMS[-1]},
+            onnx_max_abs_diff=0.0,
+            created_at="2024-01-01T00:00:00+00:00",
+        ),
+    )
+    return load_bundle(out_dir)
