@@ -46,8 +46,9 @@ from bundle import (
 from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
 from training.errors import FractalError, bundle_errors_as_fractal
-from training.frozen_encoder import FrozenEncoder, pool
+from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
+from training.objectives.tensors import pool
 
 ONNX_OPSET = 17
 # Largest |ONNX − torch| allowed on any embedding coordinate (or logit) of the check texts. Both run

@@ -32,7 +32,8 @@ from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
 from training.objectives.sfs import SFSLoss
-from training.token_encoder import CachedTokenStates, TokenEncoder, TokenStates
+from training.objectives.tensors import TokenStates
+from training.token_encoder import CachedTokenStates, TokenEncoder
 
 FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).

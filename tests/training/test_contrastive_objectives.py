@@ -18,7 +18,7 @@ from training.objectives.mipic import (
     top_k_ratios,
 )
 from training.objectives.sfs import SFSLoss, fragment_normalize
-from training.token_encoder import TokenStates
+from training.objectives.tensors import TokenStates
 
 
 def test_fragment_similarity_is_the_mean_of_fragment_cosines() -> None:
