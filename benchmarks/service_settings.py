@@ -1,10 +1,10 @@
 """Service settings side by side through the live service: encoder precision, ONNX Runtime
 thread spinning and the micro-batch wait, measured on coarse ``/search`` at several concurrencies.
 
-    python -m benchmarks.service_settings                      # about 15 minutes
-    python -m benchmarks.service_settings --smoke --out DIR    # well under a minute
+    python -m benchmarks service_settings                      # about 15 minutes
+    python -m benchmarks service_settings --smoke --out DIR    # well under a minute
 
-Variants, each a ``python -m service`` process (:mod:`benchmarks.live_service`) with the
+Variants, each a ``python -m service`` process (:func:`support.processes.live_service`) with the
 settings named, all others at their defaults:
 
 - ``fp32``: the fp32 bundle, every setting at its default (the baseline of the ratios);
@@ -16,12 +16,12 @@ settings named, all others at their defaults:
   the fp32 bundle unless ``--int8-bundle`` is given);
 - ``int8, spin``: the int8 bundle with ``FRACTAL_ENCODER_SPIN=true``.
 
-Each bundle's corpus (:func:`benchmarks.http_load.corpus`) is ingested once into its own index
-folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder and runs
-every concurrency (:func:`benchmarks.http_load.run_cell`), so that a drift in the shared machine's
-speed hits every variant alike. A variant's QPS at a concurrency is its answered requests over
-its seconds, summed over the rounds; p50 and p99 are the medians of the rounds' percentiles.
-Loopback only; the client shares the 2 cores with the service.
+Each bundle's corpus (:func:`benchmarks.harness.live_load.corpus`) is ingested once into its own
+index folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder
+and runs every concurrency (:func:`benchmarks.harness.live_load.run_cell`), so that a drift in
+the shared machine's speed hits every variant alike. A variant's QPS at a concurrency is its
+answered requests over its seconds, summed over the rounds; p50 and p99 are the medians of the
+rounds' percentiles. Loopback only; the client shares the 2 cores with the service.
 
 Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 ``benchmarks/results``).
@@ -29,37 +29,28 @@ Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import faiss
 import httpx
 import matplotlib
 import numpy as np
 
-from benchmarks import http_load
-from benchmarks.live_service import live_service
-from benchmarks.reporting import (
-    Progress,
-    benchmark_parser,
-    bullet_list,
-    bullet_sections,
-    markdown_table,
-    publish,
-    record_end_load,
-    results_name,
-)
-from benchmarks.search_measure import machine_header
+from benchmarks.harness.live_load import WORKLOADS, corpus, ingest, measure_cell
+from benchmarks.harness.markdown import bullet_list, bullet_sections, markdown_table
+from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, add_bundle_option, bundle_folder
 from bundle import load_bundle
+from support.client import FractalClient
+from support.processes import live_service
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 FP32, INT8 = "fp32", "int8"
-WORKLOAD = next(w for w in http_load.WORKLOADS if w.name == "coarse")
+WORKLOAD = next(w for w in WORKLOADS if w.name == "coarse")
 
 
 @dataclass(frozen=True)
@@ -93,7 +84,13 @@ class Settings:
     warmup_requests: int = 24
     rounds: int = 2
     check_texts: int = 300
+    k: int = 10
+    ingest_batch: int = 128
+    ingest_clients: int = 2
     seed: int = 0
+    bundle: Path = DEFAULT_BUNDLE
+    int8_bundle: Path | None = None
+    """The fp32 bundle's int8 twin; None: made here (``fractal quantize``'s recipe)."""
 
 
 SMOKE = Settings(
@@ -108,13 +105,10 @@ SMOKE = Settings(
 )
 
 
-def _load_settings(settings: Settings) -> http_load.Settings:
-    """The HTTP load test's settings for its corpus, ingest and cells (k, ingest batches)."""
-    return replace(
-        http_load.Settings(),
-        documents=settings.documents,
-        queries=settings.queries,
-        seed=settings.seed,
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_bundle_option(parser, "the fp32 bundle")
+    parser.add_argument(
+        "--int8-bundle", type=bundle_folder, help="its int8 twin (default: made here)"
     )
 
 
@@ -127,23 +121,12 @@ def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
     return target
 
 
-async def _cells(
-    base_url: str, queries: list[str], settings: Settings, load: http_load.Settings, offset: int
-) -> list:
-    rows = []
+async def _cells(base_url: str, queries: list[str], settings: Settings, offset: int) -> list:
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
-        for concurrency in settings.concurrency:
-            await http_load.run_cell(
-                client, WORKLOAD, queries, concurrency, settings.warmup_requests, 60.0, offset,
-                load,
-            )
-            rows.append(
-                await http_load.run_cell(
-                    client, WORKLOAD, queries, concurrency, settings.requests_per_cell,
-                    settings.seconds_per_cell, offset, load,
-                )
-            )
-    return rows
+        return [
+            await measure_cell(client, WORKLOAD, queries, concurrency, offset, settings)
+            for concurrency in settings.concurrency
+        ]
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -174,7 +157,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     return summary
 
 
-def write_markdown(report: dict) -> str:
+def markdown(report: dict) -> str:
     table = markdown_table(
         [
             "variant", "concurrency", "requests", "failed", "QPS", f"QPS / {BASELINE}",
@@ -243,52 +226,42 @@ def plot(report: dict, path: Path) -> None:
     plt.close(figure)
 
 
-def run(
-    settings: Settings,
-    bundle: Path,
-    int8: Path | None,
-    smoke: bool,
-    out: Path,
-    progress: bool,
-    command: str,
-) -> list[Path]:
-    say = Progress(progress)
-    header = machine_header(faiss.omp_get_max_threads())
-    load = _load_settings(settings)
-    texts, sources, queries, description = http_load.corpus(load)
+def run(settings: Settings, progress: Progress) -> dict:
+    texts, sources, queries, description = corpus(settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
+        int8 = settings.int8_bundle
         if int8 is None:
-            say("quantising the encoder")
-            int8 = int8_bundle(bundle, work, queries[: settings.check_texts])
-        bundles = {FP32: bundle, INT8: int8}
+            progress("quantising the encoder")
+            int8 = int8_bundle(settings.bundle, work, queries[: settings.check_texts])
+        bundles = {FP32: settings.bundle, INT8: int8}
         described = {
             name: {"path": str(path), "quantization": load_bundle(path).quantization}
             for name, path in bundles.items()
         }
         log = work / "service.log"
         for name, path in bundles.items():
-            say(f"ingesting {len(texts):,} documents with the {name} bundle")
+            progress(f"ingesting {len(texts):,} documents with the {name} bundle")
             with live_service(path, work / f"index-{name}", log, snapshot_interval_s=0) as url:
-                asyncio.run(http_load.ingest(url, texts, sources, load, progress))
+                ingest(
+                    url, texts, sources, settings.ingest_batch, settings.ingest_clients,
+                    progress.enabled,
+                )
         infos = {}
         for round_number in range(settings.rounds):
             for position, variant in enumerate(VARIANTS):
-                say(f"round {round_number + 1}: {variant.name}")
+                progress(f"round {round_number + 1}: {variant.name}")
                 offset = (round_number * len(VARIANTS) + position) * settings.requests_per_cell
                 with live_service(
                     bundles[variant.bundle], work / f"index-{variant.bundle}", log,
                     snapshot_interval_s=0, **dict(variant.settings),
                 ) as url:
-                    infos[variant.name] = httpx.get(f"{url}/info", timeout=60).json()
-                    for row in asyncio.run(_cells(url, queries, settings, load, offset)):
+                    with FractalClient(url, timeout_s=60) as client:
+                        infos[variant.name] = client.info()
+                    for row in asyncio.run(_cells(url, queries, settings, offset)):
                         rows.append({"variant": variant.name, "round": round_number, **row})
-    record_end_load(header)
-    report = {
-        "smoke": smoke,
-        "command": command,
-        "machine": header,
+    return {
         "corpus": description,
         "settings": asdict(settings),
         "bundles": described,
@@ -298,25 +271,5 @@ def run(
         ],
         "rows": rows,
         "summary": summarise(rows),
-        "seconds": say.elapsed,
+        "targets": [],
     }
-    return publish(out, results_name("service_settings", smoke), report, write_markdown, plot, say)
-
-
-def main() -> None:
-    parser = benchmark_parser(__doc__, "300 documents, a dozen requests per cell (seconds)")
-    parser.add_argument(
-        "--bundle", type=Path, default=http_load.DEFAULT_BUNDLE, help="the fp32 bundle"
-    )
-    parser.add_argument("--int8-bundle", type=Path, help="its int8 twin (default: made here)")
-    args = parser.parse_args()
-    for given in (args.bundle, args.int8_bundle):
-        if given is not None and not (given / "manifest.json").is_file():
-            parser.error(f"{given}: no manifest.json (make one with `fractal run`)")
-    settings = SMOKE if args.smoke else Settings()
-    command = "python -m benchmarks.service_settings " + " ".join(sys.argv[1:])
-    run(settings, args.bundle, args.int8_bundle, args.smoke, args.out, not args.quiet, command)
-
-
-if __name__ == "__main__":
-    main()
