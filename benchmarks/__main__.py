@@ -16,9 +16,10 @@ USAGE = "usage: python -m benchmarks NAME [--smoke] [--out DIR] [--quiet] [optio
 
 
 def summary(name: str) -> str:
-    """The first line of a benchmark's docstring, read without importing it."""
+    """The first sentence of a benchmark's docstring, read without importing the module."""
     source = (Path(__file__).parent / f"{name}.py").read_text(encoding="utf-8")
-    return (ast.get_docstring(ast.parse(source)) or "").split("\n")[0]
+    paragraph = (ast.get_docstring(ast.parse(source)) or "").split("\n\n")[0]
+    return " ".join(paragraph.split()).replace("``", "`")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:

@@ -143,7 +143,9 @@ def _recall(found: list[set[str]], truth: list[set[str]], k: int) -> float:
     return float(np.mean([len(a & t) / k for a, t in zip(found, truth, strict=True)]))
 
 
-async def load(base_url: str, queries: Sequence[str], settings: Settings, say: Progress) -> list:
+async def load(
+    base_url: str, queries: Sequence[str], settings: Settings, progress: Progress
+) -> list:
     """Every workload at every concurrency; the workloads of one concurrency run back to back."""
     rows = []
     limits = httpx.Limits(max_connections=max(settings.concurrency))
@@ -153,7 +155,7 @@ async def load(base_url: str, queries: Sequence[str], settings: Settings, say: P
                 offset = len(rows) * settings.requests_per_cell
                 row = await measure_cell(client, workload, queries, concurrency, offset, settings)
                 rows.append(row)
-                say(
+                progress(
                     f"{workload.name:>6} c={concurrency:<3} {row['qps']:7.1f} QPS  "
                     f"p50 {_f(row['p50_ms'])}  p99 {_f(row['p99_ms'])} ms  "
                     f"failed {row['failed']}"
