@@ -15,13 +15,13 @@ the end, library versions), the command, a ``smoke`` flag and a ``targets`` list
 A benchmark is a module of this package named in :data:`BENCHMARKS` that defines
 
 - ``Settings``: a frozen dataclass with every parameter of a run, and ``SMOKE``, the smoke run's;
+  the fields made with :func:`benchmarks.harness.runner.option` are its command-line options
+  (``documents: int = option(100_000, "corpus size")`` → ``--documents N``);
 - ``run(settings, progress) -> dict``: measures and returns the results, ``targets`` included
   (``progress`` is a :class:`benchmarks.harness.runner.Progress`);
 - ``markdown(report) -> str``, and optionally ``plot(report, path)``: render the report, i.e.
   the results with the harness's ``smoke``, ``command``, ``machine`` and ``seconds``;
-- optionally ``add_arguments(parser)``: its own options, each named after the ``Settings``
-  field it overrides when given; and ``results_name(settings)``: the file stem, when it is not
-  the module's name.
+- optionally ``results_name(settings)``: the file stem, when it is not the module's name.
 
 What the benchmarks share (the harness, the machine section, Markdown pieces, search data and
 timing, live-service load and CLINC-150 documents) lives in :mod:`benchmarks.harness`; no

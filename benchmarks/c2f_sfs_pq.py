@@ -30,7 +30,6 @@ own work (input checks, locking, id mapping). Writes ``c2f_sfs_pq{,_smoke}.{json
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Sequence
@@ -39,11 +38,11 @@ from pathlib import Path
 from typing import cast
 
 import faiss
-import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
 from benchmarks.harness.markdown import bullet_list, faster, markdown_table
-from benchmarks.harness.runner import Progress
+from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_data import (
     GaussianMixture,
     head_embeddings,
@@ -63,9 +62,6 @@ from index.fragments import fragment_unit
 from index.kinds import ExactIndex, HnswIndex, PqIndex
 from index.vectors import prefix_unit
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
-
 K = 10
 TARGET_SPEEDUP = 3.0
 """C2F against flat-256 at equal recall."""
@@ -80,8 +76,7 @@ class Settings:
     coarse_dim: int = 64
     dim: int = 256
     queries: int = 1000
-    synthetic_n: int = 100_000
-    """0: no synthetic set."""
+    synthetic_n: int = option(100_000, "synthetic base size (0: real set only)")
     baseline: str | None = "mrl"
     """A second head whose real embeddings are searched too (its 64-d prefix is trained on the
     fine labels, V5's on the coarse ones); None: V5 only. Smoke runs have no heads."""
@@ -96,31 +91,17 @@ class Settings:
     rounds: int = 3
     c2f_target: float = 0.99
     recall_floors: tuple[float, ...] = (0.9, 0.95, 0.99)
-    threads: int = 1
+    threads: int = option(1, "FAISS threads")
     seed: int = 0
     toy_vectors: bool = False
     """Toy clustered vectors stand in for the V5 embeddings (no encoder, no head)."""
 
 
 SMOKE = Settings(
-    toy_vectors=True,
-    queries=40,
-    synthetic_n=3000,
-    factors=(1, 4, 16),
-    pq_rerank_factors=(1, 4),
-    ef_values=(16, 64),
-    hnsw=HnswParams(ef_construction=40, ef_search=32),
-    pq=PqParams(nbits=4),
-    pq_m_values=(8, 16),
-    clusters=16,
-    rounds=1,
-    baseline=None,
+    toy_vectors=True, queries=40, synthetic_n=3000, factors=(1, 4, 16), pq_rerank_factors=(1, 4),
+    ef_values=(16, 64), hnsw=HnswParams(ef_construction=40, ef_search=32), pq=PqParams(nbits=4),
+    pq_m_values=(8, 16), clusters=16, rounds=1, baseline=None,
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--synthetic-n", type=int, help="synthetic base size (0: real set only)")
-    parser.add_argument("--threads", type=int, help="FAISS threads (default 1)")
 
 
 @dataclass(frozen=True)
@@ -696,7 +677,8 @@ def markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     datasets = report["datasets"]
-    figure, axes = plt.subplots(1, len(datasets), figsize=(8 * len(datasets), 5.5), squeeze=False)
+    figure = Figure(figsize=(8 * len(datasets), 5.5))
+    axes = figure.subplots(1, len(datasets), squeeze=False)
     full = report["settings"]["dim"]
     for axis, dataset in zip(axes[0], datasets, strict=True):
         rows = dataset["rows"]
@@ -738,7 +720,6 @@ def plot(report: dict, path: Path) -> None:
         axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 # -- run --------------------------------------------------------------------------------------

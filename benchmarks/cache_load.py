@@ -20,7 +20,6 @@ run. Writes ``cache_load[_smoke].{json,md}`` under ``--out`` (default ``benchmar
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import threading
 import time
@@ -33,7 +32,7 @@ import httpx
 import numpy as np
 
 from benchmarks.harness.markdown import markdown_table
-from benchmarks.harness.runner import Progress, add_bundle_option
+from benchmarks.harness.runner import Progress, bundle_folder, option
 from support.metrics import Samples, metric_samples, metric_total
 from support.processes import RedisServer, live_service
 from training.data.registry import load_dataset
@@ -47,20 +46,15 @@ TARGET_HIT_RATE = 0.99
 class Settings:
     """Every parameter of a run."""
 
-    queries: int = 500
-    repeats: int = 5
-    workers: int = 8
-    bundle: Path | None = None
+    bundle: Path | None = option(
+        None, "the bundle the service serves", parse=bundle_folder, required=True
+    )
+    queries: int = option(500, "distinct queries")
+    repeats: int = option(5, "warm repeats of every query")
+    workers: int = option(8, "concurrent clients")
 
 
 SMOKE = Settings(queries=20, repeats=2)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "the bundle the service serves", required=True)
-    parser.add_argument("--queries", type=int, help="distinct queries (default 500)")
-    parser.add_argument("--repeats", type=int, help="warm repeats of every query (default 5)")
-    parser.add_argument("--workers", type=int, help="concurrent clients (default 8)")
 
 
 def change(before: Samples, after: Samples, name: str, **labels: str) -> float:

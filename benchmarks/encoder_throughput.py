@@ -28,7 +28,6 @@ Writes ``encoder_throughput[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -36,25 +35,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import sentence_transformers
 import tokenizers
 import torch
+from matplotlib.figure import Figure
 from sentence_transformers import SentenceTransformer
 
 from benchmarks.harness.encoder_variants import QUANTISATIONS, fused_variant, quantised_variant
 from benchmarks.harness.markdown import bullet_list, markdown_table
-from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, add_bundle_option
+from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
 from training.data.registry import load_dataset
 from training.encoder import default_model_dir
 from training.evaluation.knn import knn_accuracy_table
 from training.quantize import row_cosines
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
 
 TORCH = "st_torch_fp32"
 FP32 = "ort_fp32"
@@ -69,8 +65,9 @@ Encode = Callable[[Sequence[str]], np.ndarray]
 class Settings:
     """Everything the run depends on; the smoke settings only shrink the counts."""
 
-    threads: int = 1
+    threads: int = option(1, "torch and ONNX Runtime intra-op threads")
     fused: bool = True
+    """Also time the graph fused offline by ONNX Runtime's transformer optimiser."""
     batch_sizes: tuple[int, ...] = (32, 128)
     throughput_texts: int = 768
     throughput_rounds: int = 2
@@ -78,28 +75,22 @@ class Settings:
     knn_train: int = 4000
     knn_test: int = 1000
     knn_prefixes: tuple[int, int] = (64, 256)
+    """Domain k-NN accuracy at the first prefix, intent k-NN accuracy at the second."""
     k: int = 5
     seed: int = 42
     target_speedup: float = 3.0
+    """Throughput over sentence-transformers'."""
     target_p50_ms: float = 5.0
     target_knn_cost_points: float = 0.5
-    bundle: Path = DEFAULT_BUNDLE
+    """The largest k-NN accuracy drop (points) an int8 variant may cost."""
+    bundle: Path = option(DEFAULT_BUNDLE, "V5 bundle folder", parse=bundle_folder)
 
 
 SMOKE = Settings(
-    fused=False,
-    throughput_texts=64,
-    throughput_rounds=1,
-    latency_texts=8,
-    knn_train=200,
+    fused=False, throughput_texts=64, throughput_rounds=1, latency_texts=8, knn_train=200,
     knn_test=40,
 )
 """The smoke run skips the fused graph: the transformer optimiser alone takes seconds."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "V5 bundle folder")
-    parser.add_argument("--threads", type=int, help="torch and ORT intra-op threads (default 1)")
 
 
 # -- encoders ---------------------------------------------------------------------------------
@@ -378,7 +369,8 @@ def markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     names = list(report["encoders"])
-    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    figure = Figure(figsize=(13, 4.8))
+    left, right = figure.subplots(1, 2)
     width = 0.8 / len(report["throughput_texts_per_s"])
     positions = np.arange(len(names))
     for offset, (size, rates) in enumerate(report["throughput_texts_per_s"].items()):
@@ -404,7 +396,6 @@ def plot(report: dict, path: Path) -> None:
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 # -- run --------------------------------------------------------------------------------------

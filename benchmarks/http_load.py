@@ -35,7 +35,6 @@ Writes ``http_load[_TAG][_smoke].{json,md,png}`` under ``--out`` (default ``benc
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 from collections.abc import Sequence
@@ -43,68 +42,49 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-import matplotlib
 import numpy as np
 
-from benchmarks.harness.live_load import WORKLOADS, Workload, corpus, ingest, measure_cell
+from benchmarks.harness.live_load import (
+    WORKLOADS,
+    LoadSettings,
+    Workload,
+    concurrency_panels,
+    corpus,
+    ingest,
+    label_concurrency_panels,
+    measure_cell,
+)
 from benchmarks.harness.markdown import bullet_list, markdown_table
-from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, add_bundle_option
+from benchmarks.harness.runner import Progress, option
 from support.client import FractalClient
 from support.processes import live_service
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
-
 
 @dataclass(frozen=True)
-class Settings:
-    """Every parameter of a run; the service's other settings are its defaults."""
+class Settings(LoadSettings):
+    """Every parameter of a run: the corpus and load cells (:class:`LoadSettings`), then these;
+    the service's other settings are its defaults."""
 
-    documents: int = 100_000
-    queries: int = 2_000
-    concurrency: tuple[int, ...] = (1, 8, 32, 64)
-    requests_per_cell: int = 2_000
-    seconds_per_cell: float = 15.0
-    warmup_requests: int = 32
     recall_queries: int = 500
-    k: int = 10
     c2f_factor: int = 4
-    ingest_batch: int = 128
-    ingest_clients: int = 2
-    seed: int = 0
+    """The service's C2F shortlist factor (``FRACTAL_C2F_FACTOR``)."""
     target_coarse_qps: float = 300.0
     target_p99_ms: float = 50.0
     target_fine_qps: float = 150.0
-    bundle: Path = DEFAULT_BUNDLE
-    index_dir: Path | None = None
-    """Keep the service's index here and reuse it next time (None: a temporary folder)."""
-    tag: str = ""
-    """Added to the result file names."""
+    index_dir: Path | None = option(
+        None, "keep the service's index here and reuse it next time (default: a temporary one)"
+    )
+    tag: str = option("", "added to the result file names")
 
 
 SMOKE = Settings(
-    documents=400,
-    queries=60,
-    concurrency=(1, 4),
-    requests_per_cell=24,
-    seconds_per_cell=5.0,
-    warmup_requests=2,
-    recall_queries=20,
+    documents=400, queries=60, concurrency=(1, 4), requests_per_cell=24, seconds_per_cell=5.0,
+    warmup_requests=2, recall_queries=20,
 )
 
 
 EXACT_TRUTH = {"coarse": "coarse", "fine": "fine", "c2f": "fine"}
 """The granularity of the exact search each search workload's recall is measured against."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "bundle folder")
-    parser.add_argument("--documents", type=int, help="corpus size (default 100,000)")
-    parser.add_argument("--seconds-per-cell", type=float, help="time bound of a cell")
-    parser.add_argument(
-        "--index-dir", type=Path, help="keep the service's index here and reuse it next time"
-    )
-    parser.add_argument("--tag", help="added to the result file names")
 
 
 def results_name(settings: Settings) -> str:
@@ -325,7 +305,7 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, left, right = concurrency_panels()
     for workload in WORKLOADS:
         rows = [row for row in report["rows"] if row["workload"] == workload.name]
         x = [row["concurrency"] for row in rows]
@@ -334,18 +314,12 @@ def plot(report: dict, path: Path) -> None:
     settings = report["settings"]
     right.axhline(settings["target_p99_ms"], color="grey", linestyle="--", linewidth=0.8)
     left.axhline(settings["target_coarse_qps"], color="grey", linestyle="--", linewidth=0.8)
-    for axis, label in ((left, "requests per second"), (right, "p99 latency (ms)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent requests")
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    label_concurrency_panels(left, right, "p99 latency (ms)")
     documents = report["corpus"]["documents"]
     left.set_title(f"Throughput, {documents:,} documents")
     right.set_title("Tail latency (dashed: target)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def run(settings: Settings, progress: Progress) -> dict:

@@ -23,18 +23,18 @@ Writes ``index_latency{,_smoke}.{json,md,png}`` to ``--out`` (default ``benchmar
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import faiss
-import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from benchmarks.harness.markdown import bullet_list, faster, markdown_table
-from benchmarks.harness.runner import Progress
+from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_data import (
     GaussianMixture,
     head_embeddings,
@@ -52,10 +52,6 @@ from benchmarks.harness.search_measure import (
 )
 from index.vectors import prefix_unit
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
-from matplotlib.ticker import NullFormatter  # noqa: E402
-
 K = 10
 FAISS_DEFAULT_HNSW = {"m": 32, "ef_construction": 40, "ef_search": 16}
 TARGET_SPEEDUP = 3.7
@@ -70,7 +66,7 @@ class Settings:
     ef_values: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
     queries: int = 1000
     flat_n: int = 10_000
-    hnsw_n: int = 100_000
+    hnsw_n: int = option(100_000, "HNSW base size")
     check_n: int | None = None
     """Base size of the synthetic check; None: all real vectors that are not queries."""
     m: int = 32
@@ -78,28 +74,16 @@ class Settings:
     clusters: int = 256
     rounds: int = 3
     recall_target: float = 0.95
-    threads: int = 1
+    threads: int = option(1, "FAISS threads")
     seed: int = 0
     toy_vectors: bool = False
     """Toy clustered vectors stand in for the V5 embeddings (no encoder, no head)."""
 
 
 SMOKE = Settings(
-    toy_vectors=True,
-    ef_values=(8, 16, 32, 64),
-    queries=50,
-    flat_n=1000,
-    hnsw_n=2000,
-    check_n=1000,
-    ef_construction=40,
-    clusters=16,
-    rounds=1,
+    toy_vectors=True, ef_values=(8, 16, 32, 64), queries=50, flat_n=1000, hnsw_n=2000,
+    check_n=1000, ef_construction=40, clusters=16, rounds=1,
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hnsw-n", type=int, help="HNSW base size (default 100,000)")
-    parser.add_argument("--threads", type=int, help="FAISS threads (default 1)")
 
 
 def hnsw_graph(vectors: np.ndarray, m: int, ef_construction: int) -> faiss.IndexHNSWFlat:
@@ -360,7 +344,8 @@ def markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     settings = report["settings"]
-    figure, axes = plt.subplots(1, 4, figsize=(22, 5))
+    figure = Figure(figsize=(22, 5))
+    axes = figure.subplots(1, 4)
     for axis, key, title in (
         (axes[0], "hnsw", f"HNSW, {settings['hnsw_n']:,} synthetic (real-like)"),
         (axes[1], "hnsw_real", f"HNSW, {report['synthetic_check']['n']:,} real V5 embeddings"),
@@ -405,7 +390,6 @@ def plot(report: dict, path: Path) -> None:
         axis.xaxis.set_minor_formatter(NullFormatter())  # crowded on short log ranges
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 # -- run --------------------------------------------------------------------------------------

@@ -16,25 +16,21 @@ is rewritten after every run, so an interrupted benchmark keeps what it measured
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.harness.markdown import bullet_sections, markdown_table  # noqa: E402
-from benchmarks.harness.runner import Progress, int_list  # noqa: E402
-from training.data.registry import load_dataset  # noqa: E402
-from training.encoder import FrozenEncoder  # noqa: E402
-from training.evaluation.knn import knn_accuracy_table  # noqa: E402
-from training.evaluation.linear_probe import logistic_regression_f1  # noqa: E402
-from training.finetune import FinetuneConfig, embed_texts, finetune  # noqa: E402
+from benchmarks.harness.markdown import bullet_sections, markdown_table
+from benchmarks.harness.runner import Progress, option
+from training.data.registry import load_dataset
+from training.encoder import FrozenEncoder
+from training.evaluation.knn import knn_accuracy_table
+from training.evaluation.linear_probe import logistic_regression_f1
+from training.finetune import FinetuneConfig, embed_texts, finetune
 
 # Banking77 LR F1 (×100) from the papers' Table 1 at 16/32/64/128/256 dims (their 512/768 rows
 # have no MiniLM counterpart): backbone → method → scores.
@@ -60,36 +56,20 @@ PER_RUN_KEYS = ("objective", "fragment_dim", "seed")
 class Settings:
     """Every parameter of a run."""
 
-    dataset: str = "banking77"
-    max_train: int = 3000
-    """The papers sample 3,000."""
-    max_test: int | None = None
-    """None: the whole test split."""
-    objectives: tuple[str, ...] = ("mrl", "mic", "mipic")
-    seeds: tuple[int, ...] = (42,)
-    dims: tuple[int, ...] = (16, 32, 64, 128, 256, 384)
-    steps: int = 300
-    batch_size: int = 32
-    unfreeze_layers: int = 6
-    max_tokens: int = 64
-    threads: int = 1
+    dataset: str = option("banking77", "dataset name or path")
+    max_train: int = option(3000, "training texts (the papers sample 3,000)")
+    max_test: int | None = option(None, "test texts (default: the whole test split)")
+    objectives: tuple[str, ...] = option(("mrl", "mic", "mipic"), "comma-separated objectives")
+    seeds: tuple[int, ...] = option((42,), "comma-separated seeds")
+    dims: tuple[int, ...] = option((16, 32, 64, 128, 256, 384), "comma-separated prefixes")
+    steps: int = option(300, "fine-tuning steps")
+    batch_size: int = option(32, "batch size")
+    unfreeze_layers: int = option(6, "top encoder layers trained")
+    max_tokens: int = option(64, "tokens per text")
+    threads: int = option(1, "torch threads")
 
 
 SMOKE = Settings(max_train=120, max_test=40, steps=2, batch_size=8, unfreeze_layers=1)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", help="default banking77")
-    parser.add_argument("--max-train", type=int, help="default 3,000 (the papers' sample)")
-    parser.add_argument("--max-test", type=int, help="default: the whole test split")
-    parser.add_argument("--objectives", type=lambda text: tuple(text.split(",")))
-    parser.add_argument("--seeds", type=int_list, help="default 42")
-    parser.add_argument("--dims", type=int_list, help="default 16,32,64,128,256,384")
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--unfreeze-layers", type=int)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--threads", type=int)
 
 
 def results_name(settings: Settings) -> str:
@@ -154,7 +134,8 @@ def _summarise(runs: list[dict]) -> dict:
 
 
 def plot(payload: dict, path: Path) -> None:
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure = Figure(figsize=(6, 4))
+    axis = figure.subplots()
     for objective, summary in payload["summary"].items():
         axis.plot(payload["dims"], np.asarray(summary["lr_macro_f1"]) * 100, marker="o",
                   label=objective)
@@ -166,7 +147,6 @@ def plot(payload: dict, path: Path) -> None:
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def run(settings: Settings, progress: Progress) -> dict:

@@ -13,7 +13,6 @@ test utterances as queries; a hit is relevant when its intent is the query's. Wr
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
-from benchmarks.harness.runner import Progress, add_bundle_option
+from benchmarks.harness.runner import Progress, bundle_folder, option
 from support.client import FractalClient
 from support.processes import live_service
 from training.data.registry import load_dataset
@@ -48,18 +47,12 @@ def mrr_at_k(results: list[dict], query_intents: list[str]) -> float:
 class Settings:
     """Every parameter of a run."""
 
-    documents: int = 10_000
-    queries: int = 2_000
-    bundle: Path | None = None
+    bundle: Path | None = option(None, "an MSHC bundle", parse=bundle_folder, required=True)
+    documents: int = option(10_000, "training utterances ingested")
+    queries: int = option(2_000, "test utterances")
 
 
 SMOKE = Settings(documents=1_500, queries=100)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "an MSHC bundle", required=True)
-    parser.add_argument("--documents", type=int, help="training utterances (default 10,000)")
-    parser.add_argument("--queries", type=int, help="test utterances (default 2,000)")
 
 
 def run(settings: Settings, progress: Progress) -> dict:

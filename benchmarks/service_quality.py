@@ -23,7 +23,6 @@ Writes ``service_quality[_TAG][_smoke].{json,md}`` under ``--out`` (default ``be
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
-from benchmarks.harness.runner import Progress, add_bundle_option
+from benchmarks.harness.runner import Progress, bundle_folder, option
 from support.client import FractalClient
 from support.processes import live_service
 from training.data.registry import load_dataset
@@ -46,25 +45,16 @@ SERVICE = {"index_kinds": "exact,hnsw"}
 class Settings:
     """Every parameter of a run."""
 
-    documents: int | None = None
-    """CLINC-150 training utterances ingested (None: all)."""
-    queries: int = 2000
-    mixed_size: int = 500
-    """Queries of each kind in the mixed coarse/fine workload."""
-    bundle: Path | None = None
-    tag: str = ""
-    """Added to the result file names."""
+    bundle: Path | None = option(
+        None, "a V5 CLINC-150 bundle (fractal run …)", parse=bundle_folder, required=True
+    )
+    documents: int | None = option(None, "training utterances ingested (default: all)")
+    queries: int = option(2000, "test utterances")
+    mixed_size: int = option(500, "queries of each kind in the mixed coarse/fine workload")
+    tag: str = option("", "added to the result file names")
 
 
 SMOKE = Settings(documents=600, queries=100, mixed_size=50)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "a V5 CLINC-150 bundle (fractal run …)", required=True)
-    parser.add_argument("--documents", type=int, help="training utterances (default: all)")
-    parser.add_argument("--queries", type=int, help="test utterances (default 2,000)")
-    parser.add_argument("--mixed-size", type=int, help="mixed queries of each kind (default 500)")
-    parser.add_argument("--tag", help="added to the result file names")
 
 
 def results_name(settings: Settings) -> str:

@@ -29,25 +29,28 @@ Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-import matplotlib
 import numpy as np
 
-from benchmarks.harness.live_load import WORKLOADS, corpus, ingest, measure_cell
+from benchmarks.harness.live_load import (
+    WORKLOADS,
+    LoadSettings,
+    concurrency_panels,
+    corpus,
+    ingest,
+    label_concurrency_panels,
+    measure_cell,
+)
 from benchmarks.harness.markdown import bullet_list, bullet_sections, markdown_table
-from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, add_bundle_option, bundle_folder
+from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
 from support.client import FractalClient
 from support.processes import live_service
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 FP32, INT8 = "fp32", "int8"
 WORKLOAD = next(w for w in WORKLOADS if w.name == "coarse")
@@ -73,43 +76,29 @@ BASELINE = "fp32"
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Every parameter of a run."""
+class Settings(LoadSettings):
+    """Every parameter of a run: the corpus and load cells (:class:`LoadSettings`, with fewer
+    documents, concurrencies and requests), then the rounds and the int8 bundle."""
 
+    rounds: int = 2
+    """Every variant runs every concurrency once per round."""
+    check_texts: int = 300
+    """Texts whose fp32 and int8 vectors are compared when the int8 bundle is made here."""
     documents: int = 20_000
-    queries: int = 2_000
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests_per_cell: int = 600
     seconds_per_cell: float = 12.0
     warmup_requests: int = 24
-    rounds: int = 2
-    check_texts: int = 300
-    k: int = 10
-    ingest_batch: int = 128
-    ingest_clients: int = 2
-    seed: int = 0
-    bundle: Path = DEFAULT_BUNDLE
-    int8_bundle: Path | None = None
-    """The fp32 bundle's int8 twin; None: made here (``fractal quantize``'s recipe)."""
+    bundle: Path = option(DEFAULT_BUNDLE, "the fp32 bundle", parse=bundle_folder)
+    int8_bundle: Path | None = option(
+        None, "its int8 twin (default: made here, `fractal quantize`'s recipe)", parse=bundle_folder
+    )
 
 
 SMOKE = Settings(
-    documents=300,
-    queries=40,
-    concurrency=(1, 4),
-    requests_per_cell=12,
-    seconds_per_cell=5.0,
-    warmup_requests=2,
-    rounds=1,
-    check_texts=20,
+    documents=300, queries=40, concurrency=(1, 4), requests_per_cell=12, seconds_per_cell=5.0,
+    warmup_requests=2, rounds=1, check_texts=20,
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_bundle_option(parser, "the fp32 bundle")
-    parser.add_argument(
-        "--int8-bundle", type=bundle_folder, help="its int8 twin (default: made here)"
-    )
 
 
 def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
@@ -205,25 +194,19 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, left, right = concurrency_panels()
     for variant in VARIANTS:
         rows = [row for row in report["summary"] if row["variant"] == variant.name]
         x = [row["concurrency"] for row in rows]
         style = "-" if variant.bundle == INT8 else "--"
         left.plot(x, [row["qps"] for row in rows], style, marker="o", label=variant.name)
         right.plot(x, [row["p50_ms"] for row in rows], style, marker="o", label=variant.name)
-    for axis, label in ((left, "requests per second"), (right, "p50 latency (ms)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent requests")
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    label_concurrency_panels(left, right, "p50 latency (ms)")
     left.set_title(f"Coarse search, {report['corpus']['documents']:,} documents")
     right.set_yscale("log")
     right.set_title("Median latency")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def run(settings: Settings, progress: Progress) -> dict:

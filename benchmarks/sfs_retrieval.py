@@ -15,7 +15,6 @@ Writes ``sfs_retrieval_<dataset>.{json,md}`` (``_smoke`` in smoke runs) under ``
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 
 from benchmarks.harness.markdown import bullet_sections, markdown_table
-from benchmarks.harness.runner import Progress, int_list
+from benchmarks.harness.runner import Progress, option
 from training.encoder import FrozenEncoder
 from training.evaluation.ranking import ranking_metrics
 from training.finetune import FinetuneConfig, embed_texts, finetune
@@ -38,28 +37,17 @@ METRICS = ("recall@1", "recall@10", "mrr@10")
 class Settings:
     """Every parameter of a run."""
 
-    dataset: str = "clinc150"
-    max_train: int = 10000
-    max_test: int = 2000
-    dim: int = 256
-    fragments: tuple[int, ...] = FRAGMENT_DIMS
-    seeds: tuple[int, ...] = (42, 123, 456)
-    steps: int = 2000
-    batch_size: int = 64
+    dataset: str = option("clinc150", "dataset name or path")
+    max_train: int = option(10000, "training texts")
+    max_test: int = option(2000, "test texts")
+    dim: int = option(256, "head output size")
+    fragments: tuple[int, ...] = option(FRAGMENT_DIMS, "comma-separated fragment sizes")
+    seeds: tuple[int, ...] = option((42, 123, 456), "comma-separated seeds")
+    steps: int = option(2000, "training steps")
+    batch_size: int = option(64, "batch size")
 
 
 SMOKE = Settings(max_train=1500, max_test=300, steps=20, seeds=(42,))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", help="default clinc150")
-    parser.add_argument("--max-train", type=int, help="default 10,000")
-    parser.add_argument("--max-test", type=int, help="default 2,000")
-    parser.add_argument("--dim", type=int, help="default 256")
-    parser.add_argument("--fragments", type=int_list, help="default 256,128,64,32,16")
-    parser.add_argument("--seeds", type=int_list, help="default 42,123,456")
-    parser.add_argument("--steps", type=int, help="default 2,000")
-    parser.add_argument("--batch-size", type=int, help="default 64")
 
 
 def results_name(settings: Settings) -> str:

@@ -19,12 +19,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
 
 import httpx
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from tqdm import tqdm
 
+from benchmarks.harness.runner import DEFAULT_BUNDLE, bundle_folder, option
 from benchmarks.harness.search_data import real_sentences
 from support.client import FractalClient
 from training.data.registry import data_dir
@@ -32,12 +35,25 @@ from training.data.registry import data_dir
 MS = 1000.0
 
 
-class CorpusSettings(Protocol):
-    """What :func:`corpus` reads from a benchmark's settings."""
+@dataclass(frozen=True)
+class LoadSettings:
+    """The corpus, its ingest and the load cells; a load benchmark's ``Settings`` extends it."""
 
-    documents: int
-    queries: int
-    seed: int
+    documents: int = option(100_000, "corpus size")
+    queries: int = 2_000
+    """Query texts, held out of the corpus."""
+    concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    """Requests in flight at once: one cell per value."""
+    requests_per_cell: int = 2_000
+    seconds_per_cell: float = option(15.0, "time bound of a cell")
+    warmup_requests: int = 32
+    """Untimed requests before each cell."""
+    k: int = 10
+    ingest_batch: int = 128
+    ingest_clients: int = 2
+    """``POST /documents`` batches in flight at once."""
+    seed: int = 0
+    bundle: Path = option(DEFAULT_BUNDLE, "bundle folder", parse=bundle_folder)
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,7 @@ WORKLOADS = (
 )
 
 
-def corpus(settings: CorpusSettings) -> tuple[list[str], list[str], list[str], dict]:
+def corpus(settings: LoadSettings) -> tuple[list[str], list[str], list[str], dict]:
     """``(documents, their sources, queries, description)``; see the module docstring."""
     folder = data_dir()
     clinc = json.loads((folder / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
@@ -194,22 +210,13 @@ async def run_cell(
     return row
 
 
-class CellSettings(Protocol):
-    """What :func:`measure_cell` reads from a benchmark's settings."""
-
-    k: int
-    warmup_requests: int
-    requests_per_cell: int
-    seconds_per_cell: float
-
-
 async def measure_cell(
     client: httpx.AsyncClient,
     workload: Workload,
     queries: Sequence[str],
     concurrency: int,
     offset: int,
-    settings: CellSettings,
+    settings: LoadSettings,
 ) -> dict:
     """An untimed warm-up cell of ``warmup_requests`` (at most a minute), then the measured
     cell (:func:`run_cell`)."""
@@ -218,3 +225,20 @@ async def measure_cell(
     return await run_cell(
         *cell, settings.requests_per_cell, settings.seconds_per_cell, offset, settings.k
     )
+
+
+def concurrency_panels() -> tuple[Figure, Axes, Axes]:
+    """A figure with two panels side by side, for QPS and for latency against concurrency."""
+    figure = Figure(figsize=(11, 4))
+    left, right = figure.subplots(1, 2)
+    return figure, left, right
+
+
+def label_concurrency_panels(left: Axes, right: Axes, latency: str) -> None:
+    """Log-2 concurrency axes, the y labels (``latency`` on the right), grids and legends."""
+    for axis, label in ((left, "requests per second"), (right, latency)):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent requests")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)

@@ -13,16 +13,16 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from benchmarks.harness.machine import load_average, machine_section
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "runs" / "clinc150-d5" / "bundle"
 """The V5 bundle the HTTP and encoder benchmarks serve unless ``--bundle`` names another."""
-COMMON_OPTIONS = ("smoke", "out", "quiet")
 
 
 @dataclass
@@ -79,40 +79,59 @@ def bundle_folder(text: str) -> Path:
     return path
 
 
-def add_bundle_option(parser: argparse.ArgumentParser, what: str, required: bool = False) -> None:
-    """``--bundle``, required or defaulting to :data:`DEFAULT_BUNDLE` (checked like a value)."""
-    parser.add_argument(
-        "--bundle",
-        type=bundle_folder,
-        required=required,
-        default=None if required else str(DEFAULT_BUNDLE),
-        help=what + ("" if required else f" (default {DEFAULT_BUNDLE})"),
-    )
+def option(
+    default: Any, help: str, *, parse: Callable[[str], Any] | None = None, required: bool = False
+) -> Any:
+    """A ``Settings`` field that the command line sets: ``--field-name VALUE``. ``parse`` turns
+    the text into a value (default: from the field's type: numbers, text, paths, comma-separated
+    tuples)."""
+    return field(default=default, metadata={"help": help, "parse": parse, "required": required})
+
+
+def _parser_of(hint: Any) -> Callable[[str], Any]:
+    """How a command-line text becomes a value of type ``hint`` (``X | None`` reads as ``X``)."""
+    if get_origin(hint) in (Union, UnionType):
+        hint = next(arg for arg in get_args(hint) if arg is not type(None))
+    if get_origin(hint) is tuple:
+        item = get_args(hint)[0]
+        return int_list if item is int else lambda text: tuple(text.split(","))
+    return hint
+
+
+def _text(value: object) -> str:
+    """A default as it is typed on the command line (tuples comma-separated)."""
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def benchmark_parser(name: str, module: ModuleType) -> argparse.ArgumentParser:
-    """The options every benchmark has, then the module's own (``add_arguments(parser)``)."""
-    doc = (module.__doc__ or "").strip().split("\n")[0]
+    """The options every benchmark has, then one per :func:`option` field of its ``Settings``."""
+    doc = (module.__doc__ or "").strip().split("\n\n")[0]
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks {name}", description=doc)
     parser.add_argument("--smoke", action="store_true", help="the small smoke run (CI runs it)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    if hasattr(module, "add_arguments"):
-        module.add_arguments(parser)
+    hints = get_type_hints(module.Settings)
+    for item in fields(module.Settings):
+        if "help" in item.metadata:
+            required = item.metadata["required"]
+            parser.add_argument(
+                "--" + item.name.replace("_", "-"),
+                dest=item.name,
+                type=item.metadata["parse"] or _parser_of(hints[item.name]),
+                required=required,
+                help=item.metadata["help"]
+                + ("" if item.default is None else f" (default {_text(item.default)})"),
+            )
     return parser
 
 
-def settings_from(module: ModuleType, args: argparse.Namespace) -> object:
-    """``SMOKE`` or the default ``Settings``, with every module option that was given; each
-    module option must name a ``Settings`` field."""
+def settings_from(module: ModuleType, args: argparse.Namespace) -> Any:
+    """``SMOKE`` or the default ``Settings``, with every option that was given."""
     base = module.SMOKE if args.smoke else module.Settings()
-    strays = set(vars(args)) - {field.name for field in fields(base)} - set(COMMON_OPTIONS)
-    if strays:
-        raise TypeError(f"{module.__name__}: options {sorted(strays)} name no Settings field")
     given = {
-        field.name: getattr(args, field.name)
-        for field in fields(base)
-        if getattr(args, field.name, None) is not None
+        item.name: getattr(args, item.name)
+        for item in fields(base)
+        if getattr(args, item.name, None) is not None
     }
     return replace(base, **given)
 

@@ -3,9 +3,8 @@ is measured here)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -17,6 +16,7 @@ from benchmarks.__main__ import main
 from benchmarks.harness.runner import (
     benchmark_parser,
     int_list,
+    option,
     run_benchmark,
     settings_from,
 )
@@ -24,25 +24,22 @@ from benchmarks.harness.runner import (
 
 @dataclass(frozen=True)
 class Settings:
-    size: int = 100
-    tag: str = ""
+    size: int = option(100, "how many")
+    tag: str = option("", "added to the file names")
+    seeds: tuple[int, ...] = option((1,), "seeds")
+    fixed: int = 5
 
 
 def _fake(targets: object = None) -> ModuleType:
-    """A benchmark module with an option, a results name, a renderer and no plot."""
+    """A benchmark module with options, a results name, a renderer and no plot."""
     module = ModuleType("benchmarks.fake", "A fake benchmark.\n\nIt measures nothing.")
     module.Settings = Settings
     module.SMOKE = Settings(size=3)
 
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--size", type=int)
-        parser.add_argument("--tag")
-
     def run(settings: Settings, progress: object) -> dict:
         found = [{"target": "size ≥ 3", "reached": settings.size, "met": settings.size >= 3}]
-        return {"size": settings.size, "targets": found if targets is None else targets}
+        return {**asdict(settings), "targets": found if targets is None else targets}
 
-    module.add_arguments = add_arguments
     module.run = run
     module.markdown = lambda report: f"# Fake ({report['size']}, smoke {report['smoke']})"
     module.results_name = lambda settings: "fake" + (f"_{settings.tag}" if settings.tag else "")
@@ -88,9 +85,15 @@ def test_smoke_run_writes_json_and_markdown_with_machine_smoke_and_targets(
 
 
 def test_given_options_override_the_settings(tmp_path: Path) -> None:
-    paths = _run(_fake(), tmp_path, "--size", "7")
+    paths = _run(_fake(), tmp_path, "--size", "7", "--seeds", "4,5")
     assert paths[0].name == "fake.json"
-    assert json.loads(paths[0].read_text(encoding="utf-8"))["size"] == 7
+    report = json.loads(paths[0].read_text(encoding="utf-8"))
+    assert (report["size"], report["seeds"], report["fixed"]) == (7, [4, 5], 5)
+
+
+def test_only_option_fields_are_options() -> None:
+    with pytest.raises(SystemExit):
+        benchmark_parser("fake", _fake()).parse_args(["--fixed", "3"])
 
 
 def test_results_without_a_targets_list_are_refused(tmp_path: Path) -> None:
@@ -98,14 +101,6 @@ def test_results_without_a_targets_list_are_refused(tmp_path: Path) -> None:
         _run(_fake(targets={"size": 3}), tmp_path)
     with pytest.raises(TypeError, match="reached"):
         _run(_fake(targets=[{"target": "t", "met": True}]), tmp_path)
-
-
-def test_an_option_that_names_no_settings_field_is_refused() -> None:
-    module = _fake()
-    module.add_arguments = lambda parser: parser.add_argument("--sizes", type=int)
-    args = benchmark_parser("fake", module).parse_args(["--sizes", "3"])
-    with pytest.raises(TypeError, match="sizes"):
-        settings_from(module, args)
 
 
 def test_int_list() -> None:
