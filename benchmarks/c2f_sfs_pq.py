@@ -239,7 +239,7 @@ def raw_entries(base: np.ndarray, settings: Settings) -> tuple[list[Entry], dict
         untrained = PqIndex(full, params)
         untrained.add(ids, vectors)
         pq = untrained.replacement() or untrained
-        sizes["pq"][m] = {
+        sizes["pq"][str(m)] = {
             "trained": pq.trained,
             "build_s": time.perf_counter() - started,
             "index_bytes_per_vector": pq.nbytes() / len(base),
@@ -510,7 +510,7 @@ def _pq_table(dataset: dict, settings: dict) -> str:
         if row["kind"] != "pq":
             continue
         if row["path"] == "raw":
-            index_bytes = dataset["raw_sizes"]["pq"][row["pq_m"]]["index_bytes_per_vector"]
+            index_bytes = dataset["raw_sizes"]["pq"][str(row["pq_m"])]["index_bytes_per_vector"]
         else:
             index_bytes = dataset["collection_index_bytes"][f"cosine-{row['dim']}-pq"]
             index_bytes /= dataset["n"]
