@@ -35,10 +35,7 @@ class Progress:
     out: Path = RESULTS
     smoke: bool = False
     save: Callable[[dict], object] | None = None
-    started: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.started = time.perf_counter()
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def elapsed(self) -> float:
@@ -161,8 +158,8 @@ def run_benchmark(
     command: str,
 ) -> list[Path]:
     """Run ``module`` with ``settings`` and write its results files; their paths."""
-    stem = results_name(module.results_name(settings) if hasattr(module, "results_name")
-                        else name, smoke)
+    named = module.results_name(settings) if hasattr(module, "results_name") else name
+    stem = results_name(named, smoke)
     machine = machine_section()
 
     def report_of(results: dict) -> dict:
