@@ -91,7 +91,7 @@ class Settings:
         (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512), "efSearch sweep (coarse, HNSW-256)"
     )
     factors: tuple[int, ...] = option(
-        (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "C2F sweep: shortlist k′ = 10 × factor"
+        (1, 2, 4, 8, 16, 32, 64, 128), "C2F sweep: shortlist k′ = 10 × factor"
     )
     c2f_min_ef: int = option(32, "C2F shortlist efSearch: max(this, k′)")
     full_dtype: str = option("float16", "the collection's full-vector file: float16 or float32")
