@@ -1,0 +1,79 @@
+"""The scale benchmark's smoke run (toy labelled vectors, 20K documents) and the pieces its
+numbers rest on: the labelled mixture, the streamed exact top-k and FAISS's size accounting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from benchmarks import scale
+from benchmarks.harness.labelled_mixture import LabelledMixture, toy_labelled
+from tests.benchmarks.smoke import run_smoke
+
+
+@pytest.fixture(autouse=True)
+def restore_faiss_threads() -> Iterator[None]:
+    before = faiss.omp_get_max_threads()
+    yield
+    faiss.omp_set_num_threads(before)
+
+
+def test_scale_smoke_run(tmp_path: Path) -> None:
+    paths, report = run_smoke("scale", tmp_path)
+    assert sorted(path.name for path in paths) == [
+        f"scale_smoke.{s}" for s in ("json", "md", "png")
+    ]
+    (size,) = report["sizes"]
+    assert size["n"] == scale.SMOKE.sizes[0]
+    routes = {row["route"] for row in size["sweeps"]}
+    assert routes == {"coarse", "c2f", "hnsw256"}
+    for row in size["sweeps"]:
+        for key in ("recall_at_10", "domain_p10", "intent_p10"):
+            assert 0.0 <= row[key] <= 1.0, row
+        assert row["index_p50_us"] > 0 and row["p50_us"] > 0
+    # The restart mapped the snapshot and the vector file: nothing was rebuilt.
+    recovery = size["memory"]["collection"]["recovery"]
+    assert recovery["rebuilt"] == {} and recovery["full_vectors"]["action"] == "mapped"
+    assert size["memory"]["collection"]["rss_anon_per_doc"] > 0
+    assert size["exact"]["256"]["domain_p10"] > 0.9  # toy domains are far apart
+    assert {row["set"] for row in report["fidelity"]["rows"]} == {"real", "synthetic"}
+    assert len(report["targets"]) == 8
+    markdown = (tmp_path / "scale_smoke.md").read_text(encoding="utf-8")
+    assert "## N = 20,000" in markdown and "Synthetic against real" in markdown
+
+
+def test_mixture_draws_in_reproducible_chunks_with_the_fitted_labels() -> None:
+    real = toy_labelled(3000, 32, seed=0)
+    mixture = LabelledMixture.fit(real, rank=4, unlabelled_components=3, seed=0)
+    assert set(mixture.intents[mixture.intents >= 0]) == set(real.intents[real.intents >= 0])
+    whole = mixture.sample(2500, seed=7, chunk=1000)
+    again = mixture.sample(2500, seed=7, chunk=1000)
+    assert whole.vectors.shape == (2500, 32) and whole.vectors.dtype == np.float32
+    np.testing.assert_array_equal(whole.vectors, again.vectors)
+    labelled = whole.intents >= 0
+    assert np.all((whole.domains >= 0) == labelled)
+    # The toy hierarchy: intent i lies in domain i // 6.
+    np.testing.assert_array_equal(whole.domains[labelled], whole.intents[labelled] // 6)
+
+
+def test_running_top_k_over_blocks_is_exact_search() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((1000, 16)).astype(np.float32)
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    streamed = scale.RunningTopK(queries)
+    for start in range(0, len(base), 300):
+        streamed.add(base[start : start + 300], start)
+    expected = np.argsort(-(queries @ base.T), axis=1)[:, : scale.K]
+    np.testing.assert_array_equal(streamed.ids, expected)
+
+
+def test_hnsw_accounting_matches_a_built_index() -> None:
+    vectors = np.random.default_rng(0).standard_normal((5000, 32)).astype(np.float32)
+    graph = faiss.IndexHNSWFlat(32, 16)
+    graph.add(vectors)
+    built = len(faiss.serialize_index(graph)) / len(vectors)
+    assert scale.hnsw_bytes_per_vector(32, 16) == pytest.approx(built, rel=0.1)
