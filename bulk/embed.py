@@ -1,7 +1,7 @@
 """``fractal embed``: a corpus → Parquet shards of full vectors, with the bundle's ONNX encoder.
 
 Worker processes each run one :class:`service.encoder.OnnxEncoder` on one intra-op thread. The
-corpus is read in shards of ``shard_rows`` records, in order; a shard's texts are sorted by token
+corpus is read in shards of ``shard_size`` records, in order; a shard's texts are sorted by token
 count and cut into batches of at most ``batch_tokens`` padded tokens, so that short texts are not
 padded to long ones. Each shard is written atomically (:func:`bulk.shards.write_shard`) with the
 bundle's hash in it, so a rerun skips every shard that is already there, valid, made by this
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ class EmbedOptions:
 
     dtype: str = "float16"
     workers: int = 0
-    shard_rows: int = DEFAULT_SHARD_ROWS
+    shard_size: int = DEFAULT_SHARD_ROWS
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     columns: Columns = field(default_factory=Columns)
     progress: bool = True
@@ -49,7 +50,7 @@ class EmbedOptions:
     def check(self) -> None:
         if self.dtype not in DTYPES:
             raise BulkError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("shard_rows", "batch_tokens"):
+        for name in ("shard_size", "batch_tokens"):
             if getattr(self, name) < 1:
                 raise BulkError(f"--{name.replace('_', '-')} must be at least 1")
         if self.workers < 0:
@@ -164,7 +165,7 @@ def embed_corpus(
     skipped = redone = rows = 0
     bar = tqdm(desc="embed", unit="doc", disable=not options.progress)
     try:
-        for number, chunk in enumerate(read_chunks(corpus, options.columns, options.shard_rows)):
+        for number, chunk in enumerate(read_chunks(corpus, options.columns, options.shard_size)):
             path = out_dir / shard_name(number)
             header = ShardHeader(
                 manifest.name,
@@ -183,7 +184,7 @@ def embed_corpus(
                 continue
             if reason != "missing":
                 redone += 1
-                bar.write(f"redoing {path.name}: {reason}")
+                bar.write(f"redoing {path.name}: {reason}", file=sys.stderr)
             vectors = _embed_chunk(chunk, manifest.dim, tokenizer, workers, options, bar.update)
             _check_finite(corpus, chunk, vectors, options.dtype)
             write_shard(path, header, chunk.ids, chunk.texts, chunk.metadata, vectors)

@@ -420,7 +420,7 @@ def _cmd_embed(args):
 
     given = {
         "workers": args.workers,
-        "shard_rows": args.shard_size,
+        "shard_size": args.shard_size,
         "batch_tokens": args.batch_tokens,
     }
     options = EmbedOptions(
