@@ -1,7 +1,7 @@
 """Issue 5's cache targets, measured on a live service and a real ``redis-server`` over HTTP.
 
-    python -m benchmarks.cache_load --bundle runs/clinc150-d5/bundle
-    python -m benchmarks.cache_load --bundle B --smoke --out /tmp/cl     # tiny, for CI
+    python -m benchmarks cache_load --bundle runs/clinc150-d5/bundle
+    python -m benchmarks cache_load --bundle B --smoke --out /tmp/cl     # tiny, for CI
 
 Starts ``redis-server`` and ``python -m service`` (cache on) on free loopback ports, takes
 distinct CLINC-150 test utterances as queries and sends them as ``POST /embed`` (one text,
@@ -20,79 +20,46 @@ run. Writes ``cache_load[_smoke].{json,md}`` under ``--out`` (default ``benchmar
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.live_service import free_port, live_service
-from benchmarks.reporting import (
-    benchmark_parser,
-    markdown_table,
-    record_end_load,
-    results_name,
-    write_results,
-)
-from benchmarks.search_measure import machine_header
+from benchmarks.harness.markdown import markdown_table
+from benchmarks.harness.runner import Progress, bundle_folder, option
+from support.metrics import Samples, metric_samples, metric_total
+from support.processes import RedisServer, live_service
 from training.data.registry import load_dataset
 
 DIMS = 64
 RESUME_LIMIT_S = 60.0
-SMOKE_QUERIES = 20
+TARGET_HIT_RATE = 0.99
 
 
-class Redis:
-    """A ``redis-server`` without persistence on a fixed loopback port."""
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
 
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("error: redis-server is not installed (apt-get install redis-server)")
-        self.command = [binary, "--port", str(free_port()), "--bind", "127.0.0.1", "--save", ""]
-        self.command += ["--appendonly", "no", "--dir", str(directory)]
-        self.url = f"redis://127.0.0.1:{self.command[2]}/0"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
-        if self.process.poll() is not None:
-            raise SystemExit(f"error: redis-server exited with status {self.process.returncode}")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+    bundle: Path | None = option(
+        None, "the bundle the service serves", parse=bundle_folder, required=True
+    )
+    queries: int = option(500, "distinct queries")
+    repeats: int = option(5, "warm repeats of every query")
+    workers: int = option(8, "concurrent clients")
 
 
-def counters(client: httpx.Client) -> dict[str, float]:
-    """The cache and encoder counters of ``/metrics`` (cache lookups keyed by result)."""
-    wanted = {
-        "fractal_cache_lookups_total",
-        "fractal_cache_errors_total",
-        "fractal_encode_batch_size_sum",
-        "fractal_encoder_calls_skipped_total",
-    }
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(client.get("/metrics").text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                label = sample.labels.get("result") or sample.labels.get("operation") or ""
-                key = f"{sample.name}{'.' + label if label else ''}"
-                values[key] = values.get(key, 0.0) + sample.value
-    return values
+SMOKE = Settings(queries=20, repeats=2)
 
 
-def delta(before: dict[str, float], after: dict[str, float], key: str) -> float:
-    return after.get(key, 0.0) - before.get(key, 0.0)
+def change(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much the counter ``name`` (summed over the label sets with ``labels``) grew."""
+    return metric_total(after, name, **labels) - metric_total(before, name, **labels)
 
 
 def run_phase(
@@ -133,17 +100,17 @@ def run_phase(
     }
 
 
-def measure(bundle: Path, queries: int, repeats: int, workers: int) -> dict:
-    machine = machine_header(threads=1)  # the service runs FAISS on one thread
-    data = load_dataset("clinc150", max_test=queries * 2)
-    texts = list(dict.fromkeys(data.test.texts))[:queries]
+def run(settings: Settings, progress: Progress) -> dict:
+    assert settings.bundle is not None, "--bundle is required"
+    data = load_dataset("clinc150", max_test=settings.queries * 2)
+    texts = list(dict.fromkeys(data.test.texts))[: settings.queries]
     with tempfile.TemporaryDirectory() as scratch:
-        redis = Redis(Path(scratch))
+        redis = RedisServer(Path(scratch))
         redis.start()
         try:
             with (
                 live_service(
-                    bundle,
+                    settings.bundle,
                     Path(scratch) / "index",
                     Path(scratch) / "service.log",
                     redis_url=redis.url,
@@ -151,52 +118,66 @@ def measure(bundle: Path, queries: int, repeats: int, workers: int) -> dict:
                 ) as base_url,
                 httpx.Client(base_url=base_url, timeout=60) as client,
             ):
-                phases = run_phases(client, redis, texts, repeats, workers)
+                progress(f"{len(texts)} queries, {settings.workers} workers")
+                phases = run_phases(client, redis, texts, settings)
         finally:
             redis.kill()
-    record_end_load(machine)
+    warm, outage = phases["warm"], phases["outage"]
     return {
-        "bundle": str(bundle),
+        "bundle": str(settings.bundle),
         "queries": len(texts),
-        "repeats": repeats,
-        "workers": workers,
+        "repeats": settings.repeats,
+        "workers": settings.workers,
         "dims": DIMS,
-        "machine": machine,
         **phases,
+        "targets": [
+            {
+                "target": f"warm hit rate ≥ {TARGET_HIT_RATE:.0%}",
+                "reached": warm["hit_rate"],
+                "met": warm["hit_rate"] >= TARGET_HIT_RATE,
+            },
+            {
+                "target": "no failed request while Redis is killed",
+                "reached": outage["failed"],
+                "met": outage["failed"] == 0,
+            },
+        ],
     }
 
 
 def run_phases(
-    client: httpx.Client, redis: Redis, texts: list[str], repeats: int, workers: int
+    client: httpx.Client, redis: RedisServer, texts: list[str], settings: Settings
 ) -> dict:
     """The three phases of the module docstring against a running service and Redis."""
-    start = counters(client)
+    workers = settings.workers
+    start = metric_samples(client)
     cold = run_phase(client, texts, workers)
-    after_cold = counters(client)
-    warm = run_phase(client, texts * repeats, workers)
-    after_warm = counters(client)
+    after_cold = metric_samples(client)
+    warm = run_phase(client, texts * settings.repeats, workers)
+    after_warm = metric_samples(client)
     lookups = sum(
-        delta(after_cold, after_warm, f"fractal_cache_lookups_total.{result}")
+        change(after_cold, after_warm, "fractal_cache_lookups_total", result=result)
         for result in ("hit", "miss", "error")
     )
+    hits = change(after_cold, after_warm, "fractal_cache_lookups_total", result="hit")
     warm |= {
-        "hit_rate": delta(after_cold, after_warm, "fractal_cache_lookups_total.hit") / lookups,
-        "texts_encoded": delta(after_cold, after_warm, "fractal_encode_batch_size_sum"),
-        "encoder_calls_skipped": delta(
+        "hit_rate": hits / lookups,
+        "texts_encoded": change(after_cold, after_warm, "fractal_encode_batch_size_sum"),
+        "encoder_calls_skipped": change(
             after_cold, after_warm, "fractal_encoder_calls_skipped_total"
         ),
     }
-    cold["texts_encoded"] = delta(start, after_cold, "fractal_encode_batch_size_sum")
+    cold["texts_encoded"] = change(start, after_cold, "fractal_encode_batch_size_sum")
     load = texts * 3
     kill_after = len(load) // 3
     outage = run_phase(
         client, load, workers, lambda done: redis.kill() if done == kill_after else None
     )
-    after_outage = counters(client)
+    after_outage = metric_samples(client)
     outage |= {
         "redis_killed_after": kill_after,
         "redis_errors": sum(
-            delta(after_warm, after_outage, f"fractal_cache_errors_total.{operation}")
+            change(after_warm, after_outage, "fractal_cache_errors_total", operation=operation)
             for operation in ("get", "set")
         ),
     }
@@ -204,10 +185,11 @@ def run_phases(
     restarted = time.perf_counter()
     sent, resumed = 0, False
     while not resumed and time.perf_counter() - restarted < RESUME_LIMIT_S:
-        before = counters(client)
+        before = metric_samples(client)
         client.post("/embed", json={"texts": [texts[0]], "dims": DIMS})
         sent += 1
-        resumed = delta(before, counters(client), "fractal_cache_lookups_total.hit") > 0
+        after = metric_samples(client)
+        resumed = change(before, after, "fractal_cache_lookups_total", result="hit") > 0
     outage |= {
         "hits_resumed": resumed,
         "hits_resumed_after_s": time.perf_counter() - restarted,
@@ -216,7 +198,7 @@ def run_phases(
     return {"cold": cold, "warm": warm, "outage": outage}
 
 
-def markdown(record: dict, smoke: bool) -> str:
+def markdown(record: dict) -> str:
     cold, warm, outage, machine = (
         record["cold"],
         record["warm"],
@@ -241,7 +223,7 @@ def markdown(record: dict, smoke: bool) -> str:
     loads = [machine["load_average_1_5_15_min_at_start"], machine["load_average_1_5_15_min_at_end"]]
     return "\n".join(
         [
-            f"# Redis embedding cache under load{' (smoke run)' if smoke else ''}",
+            f"# Redis embedding cache under load{' (smoke run)' if record['smoke'] else ''}",
             "",
             f"Bundle `{record['bundle']}`; {record['queries']} distinct CLINC-150 test utterances "
             f"as `POST /embed` (one text, dims={record['dims']}), {record['workers']} concurrent "
@@ -264,27 +246,3 @@ def markdown(record: dict, smoke: bool) -> str:
             "later (the first request stores the entry, the next one hits)",
         ]
     )
-
-
-def run(bundle: Path, queries: int, repeats: int, workers: int, out: Path, smoke: bool) -> dict:
-    """Measure, write ``cache_load[_smoke].{json,md}`` under ``out``, return the record."""
-    record = measure(bundle, queries, repeats, workers) | {"smoke": smoke}
-    write_results(out, results_name("cache_load", smoke), record, markdown(record, smoke))
-    return record
-
-
-def main() -> None:
-    parser = benchmark_parser(__doc__, f"{SMOKE_QUERIES} queries, 2 repeats")
-    parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--queries", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=8)
-    args = parser.parse_args()
-    queries, repeats = (SMOKE_QUERIES, 2) if args.smoke else (args.queries, args.repeats)
-    record = run(args.bundle, queries, repeats, args.workers, args.out, args.smoke)
-    if not args.quiet:
-        print(markdown(record, args.smoke))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Encoder throughput, single-text latency and the quality cost of ONNX Runtime variants.
 
-    python -m benchmarks.encoder_throughput                        # full run, about 5 min
-    python -m benchmarks.encoder_throughput --smoke --out DIR      # tiny, well under a minute
+    python -m benchmarks encoder_throughput                        # full run, about 5 min
+    python -m benchmarks encoder_throughput --smoke --out DIR      # tiny, well under a minute
 
 Every encoder reads the same CLINC-150 texts in one run:
 
@@ -11,7 +11,7 @@ Every encoder reads the same CLINC-150 texts in one run:
   ``encoder.onnx`` as the service runs it (its session asks for ``ORT_ENABLE_ALL``, which is also
   ONNX Runtime's default level);
 - ``ort_fp32_fused``: the same session on a graph fused offline by ONNX Runtime's transformer
-  optimiser (see :mod:`benchmarks.encoder_variants`);
+  optimiser (see :mod:`benchmarks.harness.encoder_variants`);
 - ``ort_int8_*``: the same session on dynamically quantised graphs.
 
 The ONNX graphs compute the backbone *and* the V5 projection (384 → 256, one small matmul per
@@ -32,41 +32,26 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib
 import numpy as np
-import onnxruntime as ort
 import sentence_transformers
 import tokenizers
 import torch
+from matplotlib.figure import Figure
 from sentence_transformers import SentenceTransformer
 
-from benchmarks.encoder_variants import QUANTISATIONS, fused_variant, quantised_variant
-from benchmarks.reporting import (
-    Progress,
-    benchmark_parser,
-    bullet_list,
-    markdown_table,
-    publish,
-    record_end_load,
-    results_name,
-)
-from benchmarks.search_measure import (
-    machine_header,
-)
+from benchmarks.harness.encoder_variants import QUANTISATIONS, fused_variant, quantised_variant
+from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
 from training.data.registry import load_dataset
-from training.encoder import default_model_dir
 from training.evaluation.knn import knn_accuracy_table
+from training.frozen_encoder import default_model_dir
 from training.quantize import row_cosines
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
-
-DEFAULT_BUNDLE = Path(__file__).resolve().parents[1] / "runs" / "clinc150-d5" / "bundle"
 TORCH = "st_torch_fp32"
 FP32 = "ort_fp32"
 FUSED = "ort_fp32_fused"
@@ -80,8 +65,10 @@ Encode = Callable[[Sequence[str]], np.ndarray]
 class Settings:
     """Everything the run depends on; the smoke settings only shrink the counts."""
 
-    threads: int = 1
+    bundle: Path = option(DEFAULT_BUNDLE, "V5 bundle folder", parse=bundle_folder)
+    threads: int = option(1, "torch and ONNX Runtime intra-op threads")
     fused: bool = True
+    """Also time the graph fused offline by ONNX Runtime's transformer optimiser."""
     batch_sizes: tuple[int, ...] = (32, 128)
     throughput_texts: int = 768
     throughput_rounds: int = 2
@@ -89,19 +76,18 @@ class Settings:
     knn_train: int = 4000
     knn_test: int = 1000
     knn_prefixes: tuple[int, int] = (64, 256)
+    """Domain k-NN accuracy at the first prefix, intent k-NN accuracy at the second."""
     k: int = 5
     seed: int = 42
     target_speedup: float = 3.0
+    """Throughput over sentence-transformers', at every batch size."""
     target_p50_ms: float = 5.0
     target_knn_cost_points: float = 0.5
+    """The largest k-NN accuracy drop (points) an int8 variant may cost."""
 
 
 SMOKE = Settings(
-    fused=False,
-    throughput_texts=64,
-    throughput_rounds=1,
-    latency_texts=8,
-    knn_train=200,
+    fused=False, throughput_texts=64, throughput_rounds=1, latency_texts=8, knn_train=200,
     knn_test=40,
 )
 """The smoke run skips the fused graph: the transformer optimiser alone takes seconds."""
@@ -264,7 +250,7 @@ def targets(report: dict, settings: Settings) -> list[dict]:
                     "target": f"throughput ≥ {settings.target_speedup:g}× sentence-transformers, "
                     f"batch {batch_size}",
                     "encoder": name,
-                    "value": f"{ratio:.2f}×",
+                    "reached": f"{ratio:.2f}×",
                     "met": ratio >= settings.target_speedup,
                 }
             )
@@ -274,7 +260,7 @@ def targets(report: dict, settings: Settings) -> list[dict]:
             {
                 "target": f"single short text p50 ≤ {settings.target_p50_ms:g} ms",
                 "encoder": name,
-                "value": f"{p50:.2f} ms",
+                "reached": f"{p50:.2f} ms",
                 "met": p50 <= settings.target_p50_ms,
             }
         )
@@ -284,7 +270,7 @@ def targets(report: dict, settings: Settings) -> list[dict]:
                 {
                     "target": f"int8 k-NN cost ≤ {settings.target_knn_cost_points:g} points",
                     "encoder": name,
-                    "value": f"{row['knn_cost_points']:.2f} pt",
+                    "reached": f"{row['knn_cost_points']:.2f} pt",
                     "met": row["knn_cost_points"] <= settings.target_knn_cost_points,
                 }
             )
@@ -335,21 +321,19 @@ def quality_table(report: dict) -> str:
     return markdown_table(headers, rows)
 
 
-def write_markdown(report: dict) -> str:
+def markdown(report: dict) -> str:
     settings = report["settings"]
     target_rows = [
-        [row["target"], f"`{row['encoder']}`", row["value"], "met" if row["met"] else "MISSED"]
+        [row["target"], f"`{row['encoder']}`", row["reached"], "met" if row["met"] else "MISSED"]
         for row in report["targets"]
     ]
     recipes = "\n".join(f"- `{name}`: {text}" for name, text in report["encoders"].items())
     return "\n\n".join(
         [
             "# Encoder throughput and quantisation" + (" (smoke run)" if report["smoke"] else ""),
-            "Produced by `python -m benchmarks.encoder_throughput"
-            + (" --smoke" if report["smoke"] else "")
-            + "`. All encoders measured in one run, round-robin (each batch or text through "
-            "every encoder in turn): quote the ratios, not the absolute rates, on this shared "
-            "machine.",
+            f"Produced by `{report['command']}`. All encoders measured in one run, round-robin "
+            "(each batch or text through every encoder in turn): quote the ratios, not the "
+            "absolute rates, on this shared machine.",
             "## Encoders\n\n" + recipes,
             "`st_torch_fp32` computes the raw 384-d MiniLM embedding; the ONNX graphs compute "
             "the same backbone plus the V5 projection to 256-d (one 384×256 matmul per text, a "
@@ -376,7 +360,7 @@ def write_markdown(report: dict) -> str:
             f"intent at {settings['knn_prefixes'][1]}-d. Cost = the larger accuracy drop from "
             f"`{FP32}`, in points.",
             "## Targets\n\n"
-            + markdown_table(["target", "encoder", "value", "verdict"], target_rows),
+            + markdown_table(["target", "encoder", "reached", "verdict"], target_rows),
             "## Machine and settings\n\n" + bullet_list(report["machine"]),
             bullet_list(settings),
         ]
@@ -385,7 +369,8 @@ def write_markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     names = list(report["encoders"])
-    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    figure = Figure(figsize=(13, 4.8))
+    left, right = figure.subplots(1, 2)
     width = 0.8 / len(report["throughput_texts_per_s"])
     positions = np.arange(len(names))
     for offset, (size, rates) in enumerate(report["throughput_texts_per_s"].items()):
@@ -411,19 +396,14 @@ def plot(report: dict, path: Path) -> None:
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 # -- run --------------------------------------------------------------------------------------
 
 
-def run(settings: Settings, bundle_dir: Path, smoke: bool, out: Path, progress: bool) -> list[Path]:
-    header = machine_header(settings.threads)
-    for key in ("faiss", "faiss_threads"):  # the shared header is made for the search benchmarks
-        header.pop(key, None)
-    header |= {
-        "onnxruntime": ort.__version__,
-        "torch": torch.__version__,
+def run(settings: Settings, progress: Progress) -> dict:
+    bundle_dir = settings.bundle
+    machine = {
         "tokenizers": tokenizers.__version__,
         "sentence_transformers": sentence_transformers.__version__,
         "torch_threads": settings.threads,
@@ -431,33 +411,30 @@ def run(settings: Settings, bundle_dir: Path, smoke: bool, out: Path, progress: 
         "ort_inter_op_threads": 1,
         "ort_graph_optimization_level": "ORT_ENABLE_ALL (the service's session)",
     }
-    say = Progress(progress)
 
     data = load_dataset(
         "clinc150", max_train=settings.knn_train, max_test=settings.knn_test, seed=settings.seed
     )
     with tempfile.TemporaryDirectory() as work:
-        say("building the ONNX variants")
+        progress("building the ONNX variants")
         encoders, recipes = build_encoders(bundle_dir, Path(work), settings.threads, settings.fused)
         throughput_texts = list(data.train.texts[: settings.throughput_texts])
         latency_texts = list(data.test.texts[: settings.latency_texts])
         rates = {}
         for size in settings.batch_sizes:
-            say(f"throughput, batch {size}")
+            progress(f"throughput, batch {size}")
             rates[str(size)] = throughput(
                 encoders, throughput_texts, size, settings.throughput_rounds
             )
-        say("single-text latency")
+        progress("single-text latency")
         latency = single_text_latency(encoders, latency_texts)
-        say("quality of the ONNX variants")
+        progress("quality of the ONNX variants")
         onnx_encoders = {name: encode for name, encode in encoders.items() if name != TORCH}
         scores = quality(onnx_encoders, data, settings)
     tokenizer = OnnxEncoder(bundle_dir, load_bundle(bundle_dir), 1).tokenizer
     tokens = [len(tokenizer.encode(text).ids) for text in latency_texts]
-    record_end_load(header)
     report = {
-        "smoke": smoke,
-        "machine": header,
+        "machine": machine,
         "bundle": str(bundle_dir),
         "data": {
             "dataset": "clinc150",
@@ -476,23 +453,4 @@ def run(settings: Settings, bundle_dir: Path, smoke: bool, out: Path, progress: 
         "single_text_latency": latency,
         "quality": scores,
     }
-    report["targets"] = targets(report, settings)
-    report["seconds"] = say.elapsed
-    return publish(
-        out, results_name("encoder_throughput", smoke), report, write_markdown, plot, say
-    )
-
-
-def main() -> None:
-    parser = benchmark_parser(__doc__, "a few texts (well under a minute)")
-    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE, help="V5 bundle folder")
-    parser.add_argument("--threads", type=int, help="torch and ORT intra-op threads (default 2)")
-    args = parser.parse_args()
-    settings = SMOKE if args.smoke else Settings()
-    if args.threads:
-        settings = replace(settings, threads=args.threads)
-    run(settings, args.bundle, args.smoke, args.out, not args.quiet)
-
-
-if __name__ == "__main__":
-    main()
+    return report | {"targets": targets(report, settings)}

@@ -1,8 +1,8 @@
 """The MSHC bundle served over real HTTP: MRR@10 of exact, 8-byte PQ and PQ + exact C2F
 re-ranking, and the bytes per vector ``/info`` reports for each index.
 
-    python -m benchmarks.mshc_service --bundle runs/clinc150-mshc/bundle
-    python -m benchmarks.mshc_service --bundle DIR --smoke --out /tmp/x   # 1,500 docs, 100 queries
+    python -m benchmarks mshc_service --bundle runs/clinc150-mshc/bundle
+    python -m benchmarks mshc_service --bundle DIR --smoke --out /tmp/x   # 1,500 docs, 100 queries
 
 Starts ``python -m service`` with ``FRACTAL_INDEX_KINDS=pq,exact`` (the 96-d PQ index is built
 from the bundle's codebooks) and ``FRACTAL_C2F_FACTOR=10`` (k = 10 → a shortlist of 100 at 96-d,
@@ -13,22 +13,19 @@ test utterances as queries; a hit is relevant when its intent is the query's. Wr
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 
-from benchmarks.live_service import live_service
-from benchmarks.service_quality import BATCH, K, search
+from benchmarks.harness.clinc_documents import labelled_documents
+from benchmarks.harness.runner import Progress, bundle_folder, option
+from support.client import FractalClient
+from support.processes import live_service
 from training.data.registry import load_dataset
 
-RESULTS = Path(__file__).resolve().parent / "results"
+K = 10
 C2F_FACTOR = 10
 ROUTES = {
     "exact 384-d": {"granularity": "fine", "index": "exact"},
@@ -46,26 +43,39 @@ def mrr_at_k(results: list[dict], query_intents: list[str]) -> float:
     return float(np.mean(ranks))
 
 
-def measure(bundle: Path, max_docs: int | None, max_queries: int) -> dict:
-    data = load_dataset("clinc150", max_train=max_docs, max_test=max_queries)
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
+
+    bundle: Path | None = option(None, "an MSHC bundle", parse=bundle_folder, required=True)
+    documents: int = option(10_000, "training utterances ingested")
+    queries: int = option(2_000, "test utterances")
+
+
+SMOKE = Settings(documents=1_500, queries=100)
+
+
+def run(settings: Settings, progress: Progress) -> dict:
+    assert settings.bundle is not None, "--bundle is required"
+    data = load_dataset("clinc150", max_train=settings.documents, max_test=settings.queries)
     intents = data.hierarchy.label_names[-1]
-    docs = data.train
     query_intents = [intents[i] for i in data.test.labels[:, -1]]
+    queries = list(data.test.texts)
     with tempfile.TemporaryDirectory() as folder:
-        settings = {"index_kinds": "pq,exact", "c2f_factor": C2F_FACTOR}
+        service = {"index_kinds": "pq,exact", "c2f_factor": C2F_FACTOR}
+        index_dir, log = Path(folder) / "index", Path(folder) / "log"
         with (
-            live_service(bundle, Path(folder) / "index", Path(folder) / "log", **settings) as url,
-            httpx.Client(base_url=url, timeout=300) as client,
+            live_service(settings.bundle, index_dir, log, **service) as url,
+            FractalClient(url) as client,
         ):
-            for start in range(0, len(docs), BATCH):
-                batch = [
-                    {"text": docs.texts[i], "metadata": {"intent": intents[docs.labels[i, -1]]}}
-                    for i in range(start, min(start + BATCH, len(docs)))
-                ]
-                client.post("/documents", json={"documents": batch}).raise_for_status()
-            queries = list(data.test.texts)
-            results = {name: search(client, queries, **options) for name, options in ROUTES.items()}
-            info = client.get("/info").raise_for_status().json()
+            progress(f"ingesting {len(data.train)} documents")
+            client.add_documents(labelled_documents(data.train, {"intent": -1}))
+            progress(f"searching with {len(queries)} queries")
+            results = {
+                name: client.search_batch(queries, k=K, **options)
+                for name, options in ROUTES.items()
+            }
+            info = client.info()
     exact_ids = [{hit["id"] for hit in r["hits"]} for r in results["exact 384-d"]]
     rows = []
     for name, found in results.items():
@@ -79,7 +89,7 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int) -> dict:
     for row in rows:
         row["relative_mrr"] = row["mrr_at_10"] / full
     return {
-        "documents": len(docs),
+        "documents": len(data.train),
         "queries": len(queries),
         "k": K,
         "c2f_factor": C2F_FACTOR,
@@ -89,14 +99,13 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int) -> dict:
                                          "bytes_per_vector", "codebooks")}
             for index in info["indexes"]
         ],
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average_1_5_15_min_at_end": list(os.getloadavg())},
+        "targets": [],
     }
 
 
 def markdown(record: dict) -> str:
     lines = [
-        "# MSHC bundle over HTTP (benchmarks/mshc_service.py)",
+        f"# MSHC bundle over HTTP{' (smoke run)' if record['smoke'] else ''}",
         "",
         f"{record['documents']} CLINC-150 training utterances ingested, {record['queries']} test "
         f"utterances as queries, k = {record['k']}, relevant = same intent.",
@@ -113,23 +122,3 @@ def markdown(record: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bundle", type=Path, required=True, help="an MSHC bundle")
-    parser.add_argument("--smoke", action="store_true", help="1,500 documents, 100 queries")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    started = time.perf_counter()
-    record = measure(args.bundle, 1500 if args.smoke else 10000, 100 if args.smoke else 2000)
-    record["wall_s"] = time.perf_counter() - started
-    stem = "mshc_service_smoke" if args.smoke else "mshc_service"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(record))
-    print(args.out / f"{stem}.md")
-
-
-if __name__ == "__main__":
-    main()

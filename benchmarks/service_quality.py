@@ -1,7 +1,7 @@
 """Issue 3's quality targets, measured through the live service over real HTTP.
 
-    python -m benchmarks.service_quality --bundle runs/clinc150/bundle
-    python -m benchmarks.service_quality --bundle B --smoke --out /tmp/sq  # tiny
+    python -m benchmarks service_quality --bundle runs/clinc150/bundle
+    python -m benchmarks service_quality --bundle B --smoke --out /tmp/sq  # tiny
 
 Starts ``python -m service`` on 127.0.0.1 (a free port, a fresh index folder), ingests the
 CLINC-150 training utterances as documents (metadata: domain, intent), then sends CLINC-150 test
@@ -23,34 +23,42 @@ Writes ``service_quality[_TAG][_smoke].{json,md}`` under ``--out`` (default ``be
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 
-from benchmarks.live_service import live_service
-from benchmarks.reporting import RESULTS, results_name, write_results
+from benchmarks.harness.clinc_documents import labelled_documents
+from benchmarks.harness.runner import Progress, bundle_folder, option
+from support.client import FractalClient
+from support.processes import live_service
 from training.data.registry import load_dataset
 
-BATCH = 128
 K = 10
 C2F_FACTORS = (4, 10, 25, 50)
 SERVICE = {"index_kinds": "exact,hnsw"}
 
 
-def search(client: httpx.Client, queries: list[str], **options) -> list[dict]:
-    results = []
-    for start in range(0, len(queries), BATCH):
-        response = client.post(
-            "/search", json={"queries": queries[start : start + BATCH], "k": K, **options}
-        )
-        response.raise_for_status()
-        results += response.json()["results"]
-    return results
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
+
+    bundle: Path | None = option(
+        None, "a V5 CLINC-150 bundle (fractal run …)", parse=bundle_folder, required=True
+    )
+    documents: int | None = option(None, "training utterances ingested (default: all)")
+    queries: int = option(2000, "test utterances")
+    mixed_size: int = option(500, "queries of each kind in the mixed coarse/fine workload")
+    tag: str = option("", "added to the result file names")
+
+
+SMOKE = Settings(documents=600, queries=100, mixed_size=50)
+
+
+def results_name(settings: Settings) -> str:
+    return "service_quality" + (f"_{settings.tag}" if settings.tag else "")
 
 
 def mixed_workload(texts: tuple[str, ...], labels: np.ndarray, size: int, seed: int):
@@ -69,53 +77,46 @@ def mixed_workload(texts: tuple[str, ...], labels: np.ndarray, size: int, seed: 
     return fine, coarse
 
 
-def measure(bundle: Path, max_docs: int | None, max_queries: int, mixed_size: int) -> dict:
-    data = load_dataset("clinc150", max_train=max_docs, max_test=max_queries)
-    domains, intents = data.hierarchy.label_names
-    docs = data.train
+def run(settings: Settings, progress: Progress) -> dict:
+    assert settings.bundle is not None, "--bundle is required"
+    bundle = settings.bundle
+    data = load_dataset("clinc150", max_train=settings.documents, max_test=settings.queries)
+    domains = data.hierarchy.label_names[0]
+    documents = labelled_documents(data.train, {"domain": 0, "intent": 1}, id_prefix="train-")
+    queries = list(data.test.texts)
+    fine_q, coarse_q = mixed_workload(data.test.texts, data.test.labels, settings.mixed_size, 7)
     with tempfile.TemporaryDirectory() as work:
         index_dir, log = Path(work) / "index", Path(work) / "service.log"
         with (
             live_service(bundle, index_dir, log, c2f_factor=C2F_FACTORS[0], **SERVICE) as url,
-            httpx.Client(base_url=url, timeout=300) as client,
+            FractalClient(url) as client,
         ):
+            progress(f"ingesting {len(documents)} documents")
             started = time.perf_counter()
-            for start in range(0, len(docs), BATCH):
-                batch = [
-                    {
-                        "id": f"train-{i}",
-                        "text": docs.texts[i],
-                        "metadata": {
-                            "domain": domains[docs.labels[i, 0]],
-                            "intent": intents[docs.labels[i, 1]],
-                        },
-                    }
-                    for i in range(start, min(start + BATCH, len(docs)))
-                ]
-                client.post("/documents", json={"documents": batch}).raise_for_status()
+            client.add_documents(documents)
             ingest_seconds = time.perf_counter() - started
-            queries = list(data.test.texts)
+            progress(f"searching with {len(queries)} queries")
             query_domains = [domains[d] for d in data.test.labels[:, 0]]
-            coarse = search(client, queries, granularity="coarse", index="exact")
-            exact = search(client, queries, granularity="fine", index="exact")
+            coarse = client.search_batch(queries, k=K, granularity="coarse", index="exact")
+            exact = client.search_batch(queries, k=K, granularity="fine", index="exact")
             c2f = {
-                C2F_FACTORS[0]: search(
-                    client, queries, granularity="fine", index="exact", rerank="c2f"
+                C2F_FACTORS[0]: client.search_batch(
+                    queries, k=K, granularity="fine", index="exact", rerank="c2f"
                 )
             }
-            hnsw = search(client, queries, granularity="fine", index="hnsw")
-            fine_q, coarse_q = mixed_workload(data.test.texts, data.test.labels, mixed_size, 7)
-            auto_fine = search(client, fine_q, granularity="auto", index="exact")
-            auto_coarse = search(client, coarse_q, granularity="auto", index="exact")
-            info = client.get("/info").json()
+            hnsw = client.search_batch(queries, k=K, granularity="fine", index="hnsw")
+            auto_fine = client.search_batch(fine_q, k=K, granularity="auto", index="exact")
+            auto_coarse = client.search_batch(coarse_q, k=K, granularity="auto", index="exact")
+            info = client.info()
         for factor in C2F_FACTORS[1:]:
+            progress(f"C2F with factor {factor}")
             # Same index folder: the restarted service serves what was acknowledged before.
             with (
                 live_service(bundle, index_dir, log, c2f_factor=factor, **SERVICE) as url,
-                httpx.Client(base_url=url, timeout=300) as client,
+                FractalClient(url) as client,
             ):
-                c2f[factor] = search(
-                    client, queries, granularity="fine", index="exact", rerank="c2f"
+                c2f[factor] = client.search_batch(
+                    queries, k=K, granularity="fine", index="exact", rerank="c2f"
                 )
 
     def ids(result: dict) -> set[str]:
@@ -132,10 +133,10 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int, mixed_size: in
 
     picked_fine = np.mean([r["route"]["granularity"] == "fine" for r in auto_fine])
     picked_coarse = np.mean([r["route"]["granularity"] == "coarse" for r in auto_coarse])
-    return {
+    record = {
         "bundle": str(bundle),
         "bundle_objective": info.get("manifest", {}).get("objective"),
-        "documents": len(docs),
+        "documents": len(documents),
         "queries": len(queries),
         "ingest_seconds": ingest_seconds,
         "coarse_dimension": coarse[0]["route"]["dimension"],
@@ -147,12 +148,15 @@ def measure(bundle: Path, max_docs: int | None, max_queries: int, mixed_size: in
         "auto_fine_queries_routed_fine": float(picked_fine),
         "auto_coarse_queries_routed_coarse": float(picked_coarse),
         "auto_accuracy_50_50": float((picked_fine + picked_coarse) / 2),
-        "mixed_workload_size_per_kind": mixed_size,
+        "mixed_workload_size_per_kind": settings.mixed_size,
     }
+    return record | {"targets": targets(record)}
 
 
-def markdown(record: dict, smoke: bool) -> str:
-    rows = [
+def measures(record: dict) -> list[tuple[str, str, float, bool | None]]:
+    """``(measure, target, reached, met)`` for every number the table shows (target "—" and
+    met None where there is none)."""
+    return [
         (
             "coarse search: top-10 hits in the query's domain",
             "≥ 0.95",
@@ -184,8 +188,19 @@ def markdown(record: dict, smoke: bool) -> str:
         ),
         ("auto: right resolution on a 50/50 mix", "—", record["auto_accuracy_50_50"], None),
     ]
+
+
+def targets(record: dict) -> list[dict]:
+    return [
+        {"target": f"{name} {target}", "reached": value, "met": met}
+        for name, target, value, met in measures(record)
+        if met is not None
+    ]
+
+
+def markdown(record: dict) -> str:
     lines = [
-        f"# Service quality through HTTP{' (smoke run)' if smoke else ''}",
+        f"# Service quality through HTTP{' (smoke run)' if record['smoke'] else ''}",
         "",
         f"Bundle: `{record['bundle']}` ({record['bundle_objective']}). Corpus: "
         f"{record['documents']} CLINC-150 training utterances ingested through `POST /documents` "
@@ -200,30 +215,7 @@ def markdown(record: dict, smoke: bool) -> str:
         "| measure | target | reached | met |",
         "|---|---|---|---|",
     ]
-    for name, target, value, met in rows:
+    for name, target, value, met in measures(record):
         verdict = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {name} | {target} | {value:.3f} | {verdict} |")
     return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bundle", type=Path, help="a V5 CLINC-150 bundle (fractal run …)")
-    parser.add_argument("--smoke", action="store_true", help="a small run (needs --bundle)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--tag", default="", help="added to the result file names")
-    args = parser.parse_args()
-    if args.bundle is None:
-        parser.error(
-            "--bundle is required: make one with `fractal run --dataset clinc150 --out DIR`"
-        )
-    sizes = (600, 100, 50) if args.smoke else (None, 2000, 500)
-    record = measure(args.bundle, *sizes)
-    record["command"] = "python -m benchmarks.service_quality " + " ".join(sys.argv[1:])
-    name = results_name("service_quality" + (f"_{args.tag}" if args.tag else ""), args.smoke)
-    write_results(args.out, name, record, markdown(record, args.smoke))
-    print(markdown(record, args.smoke))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
 """Service settings side by side through the live service: encoder precision, ONNX Runtime
 thread spinning and the micro-batch wait, measured on coarse ``/search`` at several concurrencies.
 
-    python -m benchmarks.service_settings                      # about 15 minutes
-    python -m benchmarks.service_settings --smoke --out DIR    # well under a minute
+    python -m benchmarks service_settings                      # about 15 minutes
+    python -m benchmarks service_settings --smoke --out DIR    # well under a minute
 
-Variants, each a ``python -m service`` process (:mod:`benchmarks.live_service`) with the
+Variants, each a ``python -m service`` process (:func:`support.processes.live_service`) with the
 settings named, all others at their defaults:
 
 - ``fp32``: the fp32 bundle, every setting at its default (the baseline of the ratios);
@@ -16,12 +16,12 @@ settings named, all others at their defaults:
   the fp32 bundle unless ``--int8-bundle`` is given);
 - ``int8, spin``: the int8 bundle with ``FRACTAL_ENCODER_SPIN=true``.
 
-Each bundle's corpus (:func:`benchmarks.http_load.corpus`) is ingested once into its own index
-folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder and runs
-every concurrency (:func:`benchmarks.http_load.run_cell`), so that a drift in the shared machine's
-speed hits every variant alike. A variant's QPS at a concurrency is its answered requests over
-its seconds, summed over the rounds; p50 and p99 are the medians of the rounds' percentiles.
-Loopback only; the client shares the 2 cores with the service.
+Each bundle's corpus (:func:`benchmarks.harness.live_load.corpus`) is ingested once into its own
+index folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder
+and runs every concurrency (:func:`benchmarks.harness.live_load.run_cell`), so that a drift in
+the shared machine's speed hits every variant alike. A variant's QPS at a concurrency is its
+answered requests over its seconds, summed over the rounds; p50 and p99 are the medians of the
+rounds' percentiles. Loopback only; the client shares the 2 cores with the service.
 
 Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 ``benchmarks/results``).
@@ -30,36 +30,30 @@ Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import faiss
 import httpx
-import matplotlib
 import numpy as np
 
-from benchmarks import http_load
-from benchmarks.live_service import live_service
-from benchmarks.reporting import (
-    Progress,
-    benchmark_parser,
-    bullet_list,
-    bullet_sections,
-    markdown_table,
-    publish,
-    record_end_load,
-    results_name,
+from benchmarks.harness.live_load import (
+    WORKLOADS,
+    LoadSettings,
+    concurrency_panels,
+    corpus,
+    ingest,
+    label_concurrency_panels,
+    measure_cell,
 )
-from benchmarks.search_measure import machine_header
+from benchmarks.harness.markdown import bullet_list, bullet_sections, markdown_table
+from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from support.client import FractalClient
+from support.processes import live_service
 
 FP32, INT8 = "fp32", "int8"
-WORKLOAD = next(w for w in http_load.WORKLOADS if w.name == "coarse")
+WORKLOAD = next(w for w in WORKLOADS if w.name == "coarse")
 
 
 @dataclass(frozen=True)
@@ -82,40 +76,29 @@ BASELINE = "fp32"
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Every parameter of a run."""
+class Settings(LoadSettings):
+    """Every parameter of a run: the corpus and load cells (:class:`LoadSettings`, with fewer
+    documents, concurrencies and requests), then the rounds and the int8 bundle."""
 
+    rounds: int = 2
+    """Every variant runs every concurrency once per round."""
+    check_texts: int = 300
+    """Texts whose fp32 and int8 vectors are compared when the int8 bundle is made here."""
     documents: int = 20_000
-    queries: int = 2_000
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests_per_cell: int = 600
     seconds_per_cell: float = 12.0
     warmup_requests: int = 24
-    rounds: int = 2
-    check_texts: int = 300
-    seed: int = 0
+    bundle: Path = option(DEFAULT_BUNDLE, "the fp32 bundle", parse=bundle_folder)
+    int8_bundle: Path | None = option(
+        None, "its int8 twin (default: made here, `fractal quantize`'s recipe)", parse=bundle_folder
+    )
 
 
 SMOKE = Settings(
-    documents=300,
-    queries=40,
-    concurrency=(1, 4),
-    requests_per_cell=12,
-    seconds_per_cell=5.0,
-    warmup_requests=2,
-    rounds=1,
-    check_texts=20,
+    documents=300, queries=40, concurrency=(1, 4), requests_per_cell=12, seconds_per_cell=5.0,
+    warmup_requests=2, rounds=1, check_texts=20,
 )
-
-
-def _load_settings(settings: Settings) -> http_load.Settings:
-    """The HTTP load test's settings for its corpus, ingest and cells (k, ingest batches)."""
-    return replace(
-        http_load.Settings(),
-        documents=settings.documents,
-        queries=settings.queries,
-        seed=settings.seed,
-    )
 
 
 def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
@@ -127,23 +110,12 @@ def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
     return target
 
 
-async def _cells(
-    base_url: str, queries: list[str], settings: Settings, load: http_load.Settings, offset: int
-) -> list:
-    rows = []
+async def _cells(base_url: str, queries: list[str], settings: Settings, offset: int) -> list:
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
-        for concurrency in settings.concurrency:
-            await http_load.run_cell(
-                client, WORKLOAD, queries, concurrency, settings.warmup_requests, 60.0, offset,
-                load,
-            )
-            rows.append(
-                await http_load.run_cell(
-                    client, WORKLOAD, queries, concurrency, settings.requests_per_cell,
-                    settings.seconds_per_cell, offset, load,
-                )
-            )
-    return rows
+        return [
+            await measure_cell(client, WORKLOAD, queries, concurrency, offset, settings)
+            for concurrency in settings.concurrency
+        ]
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -174,7 +146,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     return summary
 
 
-def write_markdown(report: dict) -> str:
+def markdown(report: dict) -> str:
     table = markdown_table(
         [
             "variant", "concurrency", "requests", "failed", "QPS", f"QPS / {BASELINE}",
@@ -222,73 +194,60 @@ def write_markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, left, right = concurrency_panels()
     for variant in VARIANTS:
         rows = [row for row in report["summary"] if row["variant"] == variant.name]
         x = [row["concurrency"] for row in rows]
         style = "-" if variant.bundle == INT8 else "--"
         left.plot(x, [row["qps"] for row in rows], style, marker="o", label=variant.name)
         right.plot(x, [row["p50_ms"] for row in rows], style, marker="o", label=variant.name)
-    for axis, label in ((left, "requests per second"), (right, "p50 latency (ms)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent requests")
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    label_concurrency_panels(left, right, "p50 latency (ms)")
     left.set_title(f"Coarse search, {report['corpus']['documents']:,} documents")
     right.set_yscale("log")
     right.set_title("Median latency")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
-def run(
-    settings: Settings,
-    bundle: Path,
-    int8: Path | None,
-    smoke: bool,
-    out: Path,
-    progress: bool,
-    command: str,
-) -> list[Path]:
-    say = Progress(progress)
-    header = machine_header(faiss.omp_get_max_threads())
-    load = _load_settings(settings)
-    texts, sources, queries, description = http_load.corpus(load)
+def run(settings: Settings, progress: Progress) -> dict:
+    texts, sources, queries, description = corpus(settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
+        int8 = settings.int8_bundle
         if int8 is None:
-            say("quantising the encoder")
-            int8 = int8_bundle(bundle, work, queries[: settings.check_texts])
-        bundles = {FP32: bundle, INT8: int8}
+            progress("quantising the encoder")
+            int8 = int8_bundle(settings.bundle, work, queries[: settings.check_texts])
+        bundles = {FP32: settings.bundle, INT8: int8}
         described = {
-            name: {"path": str(path), "quantization": load_bundle(path).quantization}
+            name: {
+                "path": str(path),
+                "quantization": load_bundle(path).to_json().get("quantization"),
+            }
             for name, path in bundles.items()
         }
         log = work / "service.log"
         for name, path in bundles.items():
-            say(f"ingesting {len(texts):,} documents with the {name} bundle")
+            progress(f"ingesting {len(texts):,} documents with the {name} bundle")
             with live_service(path, work / f"index-{name}", log, snapshot_interval_s=0) as url:
-                asyncio.run(http_load.ingest(url, texts, sources, load, progress))
+                ingest(
+                    url, texts, sources, settings.ingest_batch, settings.ingest_clients,
+                    progress.enabled,
+                )
         infos = {}
         for round_number in range(settings.rounds):
             for position, variant in enumerate(VARIANTS):
-                say(f"round {round_number + 1}: {variant.name}")
+                progress(f"round {round_number + 1}: {variant.name}")
                 offset = (round_number * len(VARIANTS) + position) * settings.requests_per_cell
                 with live_service(
                     bundles[variant.bundle], work / f"index-{variant.bundle}", log,
                     snapshot_interval_s=0, **dict(variant.settings),
                 ) as url:
-                    infos[variant.name] = httpx.get(f"{url}/info", timeout=60).json()
-                    for row in asyncio.run(_cells(url, queries, settings, load, offset)):
+                    with FractalClient(url, timeout_s=60) as client:
+                        infos[variant.name] = client.info()
+                    for row in asyncio.run(_cells(url, queries, settings, offset)):
                         rows.append({"variant": variant.name, "round": round_number, **row})
-    record_end_load(header)
-    report = {
-        "smoke": smoke,
-        "command": command,
-        "machine": header,
+    return {
         "corpus": description,
         "settings": asdict(settings),
         "bundles": described,
@@ -298,25 +257,5 @@ def run(
         ],
         "rows": rows,
         "summary": summarise(rows),
-        "seconds": say.elapsed,
+        "targets": [],
     }
-    return publish(out, results_name("service_settings", smoke), report, write_markdown, plot, say)
-
-
-def main() -> None:
-    parser = benchmark_parser(__doc__, "300 documents, a dozen requests per cell (seconds)")
-    parser.add_argument(
-        "--bundle", type=Path, default=http_load.DEFAULT_BUNDLE, help="the fp32 bundle"
-    )
-    parser.add_argument("--int8-bundle", type=Path, help="its int8 twin (default: made here)")
-    args = parser.parse_args()
-    for given in (args.bundle, args.int8_bundle):
-        if given is not None and not (given / "manifest.json").is_file():
-            parser.error(f"{given}: no manifest.json (make one with `fractal run`)")
-    settings = SMOKE if args.smoke else Settings()
-    command = "python -m benchmarks.service_settings " + " ".join(sys.argv[1:])
-    run(settings, args.bundle, args.int8_bundle, args.smoke, args.out, not args.quiet, command)
-
-
-if __name__ == "__main__":
-    main()

@@ -7,39 +7,58 @@ global-cosine-trained baseline). Every trained head is then scored with every si
 cosine and SFS at each fragment size — by Recall@1, Recall@10 and MRR@10 of the test utterances
 against the training utterances, relevant = same intent (:mod:`training.evaluation.ranking`).
 
-    python -m benchmarks.sfs_retrieval                   # CLINC-150, 10,000 / 2,000 texts, 3 seeds
-    python -m benchmarks.sfs_retrieval --smoke --out /tmp/x
+    python -m benchmarks sfs_retrieval                   # CLINC-150, 10,000 / 2,000 texts, 3 seeds
+    python -m benchmarks sfs_retrieval --smoke --out /tmp/x
 
 Writes ``sfs_retrieval_<dataset>.{json,md}`` (``_smoke`` in smoke runs) under ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.reporting import bullet_sections, markdown_table, record_end_load, write_results
-from benchmarks.search_measure import machine_header
-from training.encoder import FrozenEncoder
+from benchmarks.harness.markdown import bullet_sections, markdown_table
+from benchmarks.harness.runner import Progress, option
 from training.evaluation.ranking import ranking_metrics
 from training.finetune import FinetuneConfig, embed_texts, finetune
-from training.pipeline import DataConfig, prepare_data
+from training.frozen_encoder import FrozenEncoder
+from training.prepared_data import DataConfig, prepare_data
 
-RESULTS = Path(__file__).parent / "results"
 FRAGMENT_DIMS = (256, 128, 64, 32, 16)
 METRICS = ("recall@1", "recall@10", "mrr@10")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
+
+    dataset: str = option("clinc150", "dataset name or path")
+    max_train: int = option(10000, "training texts")
+    max_test: int = option(2000, "test texts")
+    dim: int = option(256, "head output size")
+    fragments: tuple[int, ...] = option(FRAGMENT_DIMS, "comma-separated fragment sizes")
+    seeds: tuple[int, ...] = option((42, 123, 456), "comma-separated seeds")
+    steps: int = option(2000, "training steps")
+    batch_size: int = option(64, "batch size")
+
+
+SMOKE = Settings(max_train=1500, max_test=300, steps=20, seeds=(42,))
+
+
+def results_name(settings: Settings) -> str:
+    return f"sfs_retrieval_{Path(settings.dataset).name}"
 
 
 def _score_name(fragment_dim: int, dim: int) -> str:
     return "cosine" if fragment_dim == dim else f"sfs-{fragment_dim}"
 
 
-def _markdown(payload: dict) -> str:
+def markdown(payload: dict) -> str:
     dim = payload["setting"]["dim"]
     lines = [f"# SFS vs global cosine: {payload['dataset']}", ""]
     mean = payload["mean"]
@@ -75,20 +94,21 @@ def _markdown(payload: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> list[Path]:
+def run(settings: Settings, progress: Progress) -> dict:
     torch.set_num_threads(1)
-    machine = machine_header(1)
     encoder = FrozenEncoder()
-    data = prepare_data(DataConfig(args.dataset, args.max_train, args.max_test), encoder,
-                        progress=False)
+    data = prepare_data(DataConfig(settings.dataset, settings.max_train, settings.max_test),
+                        encoder, progress=False)
     train_labels, test_labels = data.splits.train.labels[:, -1], data.splits.test.labels[:, -1]
-    base = FinetuneConfig(objective="sfs", dim=args.dim, prefix_dims=(args.dim,),
-                          unfreeze_layers=0, steps=args.steps, batch_size=args.batch_size)
-    scorings = {_score_name(f, args.dim): (None if f == args.dim else f) for f in args.fragments}
+    dim = settings.dim
+    base = FinetuneConfig(objective="sfs", dim=dim, prefix_dims=(dim,), unfreeze_layers=0,
+                          steps=settings.steps, batch_size=settings.batch_size)
+    scorings = {_score_name(f, dim): (None if f == dim else f) for f in settings.fragments}
     scores: dict[str, dict[str, list[dict]]] = {}
     start = time.perf_counter()
-    for fragment_dim in args.fragments:
-        for seed in args.seeds:
+    for fragment_dim in settings.fragments:
+        for seed in settings.seeds:
+            progress(f"fragment {fragment_dim}, seed {seed}")
             config = replace(base, fragment_dim=fragment_dim, seed=seed)
             result = finetune(encoder, data.splits.train.texts, train_labels, config,
                               features=data.train_features, progress=False)
@@ -106,50 +126,16 @@ def run(args: argparse.Namespace) -> list[Path]:
         }
         for trained, by_scoring in scores.items()
     }
-    record_end_load(machine)
-    payload = {
-        "dataset": args.dataset,
-        "smoke": args.smoke,
-        "fragment_dims": list(args.fragments),
+    return {
+        "dataset": settings.dataset,
+        "fragment_dims": list(settings.fragments),
         "setting": {
             "train_texts": len(data.splits.train), "test_texts": len(data.splits.test),
-            "seeds": args.seeds, **base.to_json(), "fragment_dim": "per row",
+            "seeds": list(settings.seeds), **base.to_json(), "fragment_dim": "per row",
             "seconds_total": round(time.perf_counter() - start, 1),
         },
-        "machine": machine,
+        "machine": {"torch_threads": 1},
         "mean": mean,
         "per_seed": scores,
+        "targets": [],
     }
-    name = f"sfs_retrieval_{Path(args.dataset).name}" + ("_smoke" if args.smoke else "")
-    return write_results(args.out, name, payload, _markdown(payload))
-
-
-def _int_list(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="clinc150")
-    parser.add_argument("--max-train", type=int, default=10000)
-    parser.add_argument("--max-test", type=int, default=2000)
-    parser.add_argument("--dim", type=int, default=256)
-    parser.add_argument("--fragments", type=_int_list, default=list(FRAGMENT_DIMS))
-    parser.add_argument("--seeds", type=_int_list, default=[42, 123, 456])
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--smoke", action="store_true", help="1,500/300 texts, 20 steps, 1 seed")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.smoke:
-        args.max_train, args.max_test, args.steps, args.seeds = 1500, 300, 20, [42]
-    for path in run(args):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,5 @@
-"""The bundle format shared by the trainer (writer) and the service (reader); see ``format``."""
+"""The bundle format shared by the trainer (writer) and the service (reader); see ``format``.
+``writing`` stages, checks and installs a bundle for every writer."""
 
 from bundle.format import (
     ATTENTION_MASK,
@@ -23,12 +24,18 @@ from bundle.format import (
     TOKENIZER_FILE,
     Backbone,
     BundleError,
+    Compression,
+    CosineToFP32,
     HierarchyLevel,
     Manifest,
+    PQPart,
+    Quantization,
+    SAEPart,
     load_bundle,
     sha256_file,
     write_manifest,
 )
+from bundle.writing import check_out_dir, install_bundle, staging_dir
 
 __all__ = [
     "ATTENTION_MASK",
@@ -53,9 +60,17 @@ __all__ = [
     "TOKENIZER_FILE",
     "Backbone",
     "BundleError",
+    "Compression",
+    "CosineToFP32",
     "HierarchyLevel",
     "Manifest",
+    "PQPart",
+    "Quantization",
+    "SAEPart",
+    "check_out_dir",
+    "install_bundle",
     "load_bundle",
     "sha256_file",
+    "staging_dir",
     "write_manifest",
 ]

@@ -15,8 +15,9 @@ A bundle is a directory, immutable once written::
     sae.onnx         optional (MSHC): embedding (the L2-normalised ``compression.sae.input_dim``
                      prefix, float32) → code (float32, [batch, output_dim], sparse)
 
-The writer (``training.export``) and the reader (``service``) both use this module, so it imports
-only the standard library: the service must load a bundle without torch.
+The writers (``training.export``, ``training.quantize``, through ``bundle.writing``) and the reader
+(``service``) all use this module, so it imports only the standard library: the service must load
+a bundle without torch.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class BundleError(ValueError):
 
 @dataclass(frozen=True)
 class Backbone:
-    """The frozen encoder the bundle was made from (as ``training.encoder.EncoderConfig``)."""
+    """The frozen encoder the bundle was made from (``training.frozen_encoder.EncoderConfig``)."""
 
     source: str
     pooling: str
@@ -85,6 +86,105 @@ class HierarchyLevel:
 
 
 @dataclass(frozen=True)
+class PQPart:
+    """``compression.pq``: ``file`` holds float32 ``shape = [m, 2^nbits, dim / m]`` sub-centroids
+    of the L2-normalised ``dim`` prefix, for an index of ``m``-byte codes."""
+
+    file: str
+    dim: int
+    m: int
+    nbits: int
+    shape: tuple[int, ...]
+    bytes_per_vector: int
+
+
+@dataclass(frozen=True)
+class SAEPart:
+    """``compression.sae``: ``file`` maps the L2-normalised ``input_dim`` prefix to an
+    ``output_dim`` sparse code."""
+
+    file: str
+    input_dim: int
+    output_dim: int
+    bytes_per_vector: int
+
+
+@dataclass(frozen=True)
+class Compression:
+    """An objective's extra parts (MSHC): some of ``pq`` and ``sae``; unset parts are omitted
+    from the JSON."""
+
+    pq: PQPart | None = None
+    sae: SAEPart | None = None
+
+    def parts(self) -> dict[str, PQPart | SAEPart]:
+        """The set parts by their JSON name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: _record_json(part) for name, part in self.parts().items()}
+
+    @classmethod
+    def from_json(cls, value: object) -> Compression:
+        """Parse the manifest's ``compression`` object; a :class:`BundleError` if malformed."""
+        parts = sorted(f.name for f in fields(cls))
+        if not isinstance(value, dict) or not set(value) <= set(parts):
+            raise _fail("compression", f"must be an object with some of {parts}")
+        pq, sae = value.get("pq"), value.get("sae")
+        if pq is not None:
+            pq = _parse_exact(PQPart, pq, "compression.pq")
+            pq["shape"] = _tuple_field(pq["shape"], "compression.pq.shape")
+            pq = PQPart(**pq)
+        if sae is not None:
+            sae = SAEPart(**_parse_exact(SAEPart, sae, "compression.sae"))
+        return cls(pq=pq, sae=sae)
+
+
+@dataclass(frozen=True)
+class CosineToFP32:
+    """How close a quantised encoder's embeddings stay to the fp32 graph's: the cosine of each
+    check text's two embeddings, its mean and minimum over ``texts`` texts."""
+
+    texts: int
+    mean: float
+    min: float
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How ``encoder.onnx`` was quantised after export (``training.quantize``): the recipe, the
+    source bundle (name and content hash) and what it cost against the fp32 graph."""
+
+    method: str
+    weight_type: str
+    per_channel: bool
+    activations: str
+    source_bundle: str
+    source_bundle_hash: str
+    cosine_to_fp32: CosineToFP32
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: object) -> Quantization:
+        """Parse the manifest's ``quantization`` object; a :class:`BundleError` if malformed."""
+        data = _parse_exact(cls, value, "quantization")
+        data["cosine_to_fp32"] = CosineToFP32(
+            **_parse_exact(CosineToFP32, data["cosine_to_fp32"], "quantization.cosine_to_fp32")
+        )
+        return cls(**data)
+
+
+def _record_json(record: object) -> dict[str, Any]:
+    """A record's JSON object: its fields by name, tuples as lists."""
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in asdict(record).items()
+    }
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What ``manifest.json`` holds; constructing one checks that the fields agree.
 
@@ -92,8 +192,8 @@ class Manifest:
     ``granularity`` names two of them (``coarse`` and ``fine``). ``hierarchy`` lists levels coarse
     first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them. ``files`` maps every
     bundle file but the manifest (POSIX path relative to the bundle) to its sha256.
-    ``quantization`` is set when ``encoder.onnx`` was quantised after export
-    (``training.quantize``): how, from which bundle, and what it cost against the fp32 graph.
+    ``compression`` describes an objective's extra parts (MSHC); ``quantization`` is set when
+    ``encoder.onnx`` was quantised after export.
     """
 
     name: str
@@ -105,8 +205,8 @@ class Manifest:
     onnx_max_abs_diff: float
     created_at: str
     fragment_dim: int | None = None
-    compression: dict[str, Any] | None = None
-    quantization: dict[str, Any] | None = None
+    compression: Compression | None = None
+    quantization: Quantization | None = None
     hierarchy: tuple[HierarchyLevel, ...] | None = None
     evaluation: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -136,10 +236,13 @@ class Manifest:
             if self.hierarchy is None
             else {"levels": [{"name": lv.name, "labels": list(lv.labels)} for lv in self.hierarchy]}
         )
+        data["compression"] = None if self.compression is None else self.compression.to_json()
         if self.quantization is None:
             # Added after format 1 shipped: absent rather than null, so that the manifests (and
             # content hashes) of bundles written before it are unchanged.
             del data["quantization"]
+        else:
+            data["quantization"] = self.quantization.to_json()
         return data
 
     @classmethod
@@ -166,6 +269,10 @@ class Manifest:
         values["backbone"] = _parse_backbone(data["backbone"])
         values["prefix_dims"] = _tuple_field(data["prefix_dims"], "prefix_dims")
         values["hierarchy"] = _parse_hierarchy(data.get("hierarchy"))
+        if data.get("compression") is not None:
+            values["compression"] = Compression.from_json(data["compression"])
+        if data.get("quantization") is not None:
+            values["quantization"] = Quantization.from_json(data["quantization"])
         return cls(**values)
 
 
@@ -175,6 +282,10 @@ def _fail(field_name: str, problem: str) -> BundleError:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _tuple_field(value: object, field_name: str) -> tuple:
@@ -207,6 +318,16 @@ def _parse_hierarchy(value: object) -> tuple[HierarchyLevel, ...] | None:
     return tuple(levels)
 
 
+def _parse_exact(cls: type, value: object, field_name: str) -> dict[str, Any]:
+    """``value``'s fields for record ``cls``: an object with exactly ``cls``'s field names."""
+    names = tuple(f.name for f in fields(cls))
+    if not isinstance(value, dict):
+        raise _fail(field_name, "must be an object")
+    if sorted(value) != sorted(names):
+        raise _fail(field_name, f"must have exactly the fields {names}")
+    return dict(value)
+
+
 def _check_manifest(manifest: Manifest) -> None:
     """Every rule a manifest's fields obey on their own; ``load_bundle`` checks the files."""
     if manifest.format_version not in SUPPORTED_FORMAT_VERSIONS:
@@ -230,9 +351,9 @@ def _check_manifest(manifest: Manifest) -> None:
         _check_compression(manifest.compression, manifest.prefix_dims)
     _check_json_object(manifest.evaluation, "evaluation")
     if manifest.quantization is not None:
-        _check_json_object(manifest.quantization, "quantization")
+        _check_quantization(manifest.quantization)
     diff = manifest.onnx_max_abs_diff
-    if not isinstance(diff, int | float) or isinstance(diff, bool) or not 0 <= diff < math.inf:
+    if not _is_finite(diff) or diff < 0:
         raise _fail("onnx_max_abs_diff", f"must be a finite number >= 0, not {diff!r}")
     if not isinstance(manifest.created_at, str) or not manifest.created_at:
         raise _fail("created_at", "must be a non-empty ISO 8601 string")
@@ -296,38 +417,44 @@ def _check_hierarchy(levels: tuple[HierarchyLevel, ...]) -> None:
             raise _fail(f"hierarchy level {level.name!r}", "needs a non-empty list of label names")
 
 
-_COMPRESSION_PARTS = {
-    "pq": ("file", "dim", "m", "nbits", "shape", "bytes_per_vector"),
-    "sae": ("file", "input_dim", "output_dim", "bytes_per_vector"),
-}
-
-
 def _check_compression(compression: object, prefix_dims: tuple[int, ...]) -> None:
-    """MSHC's extra parts: ``{"pq": {...}, "sae": {...}}``, each naming its file and sizes."""
-    if not isinstance(compression, dict) or not set(compression) <= set(_COMPRESSION_PARTS):
-        raise _fail("compression", f"must be an object with some of {sorted(_COMPRESSION_PARTS)}")
-    for part, part_fields in _COMPRESSION_PARTS.items():
-        spec = compression.get(part)
-        if spec is None:
-            continue
-        if not isinstance(spec, dict) or sorted(spec) != sorted(part_fields):
-            raise _fail(f"compression.{part}", f"must have exactly the fields {part_fields}")
-        if not _is_safe_relative(spec["file"]):
-            raise _fail(f"compression.{part}.file", f"{spec['file']!r} is not a relative path")
-        sizes = [spec[name] for name in part_fields[1:] if name != "shape"]
+    """MSHC's extra parts, each naming its file and its sizes."""
+    if not isinstance(compression, Compression):
+        raise _fail("compression", f"must be a Compression record, not {compression!r}")
+    for part, spec in compression.parts().items():
+        if not _is_safe_relative(spec.file):
+            raise _fail(f"compression.{part}.file", f"{spec.file!r} is not a relative path")
+        sizes = [value for name, value in asdict(spec).items() if name not in ("file", "shape")]
         if not all(_is_int(value) and value > 0 for value in sizes):
             raise _fail(f"compression.{part}", "sizes must be positive integers")
-    pq = compression.get("pq")
+    pq = compression.pq
     if pq is not None:
-        m, dim, nbits = pq["m"], pq["dim"], pq["nbits"]
-        if dim not in prefix_dims or dim % m or pq["shape"] != [m, 2**nbits, dim // m]:
+        m, dim, nbits = pq.m, pq.dim, pq.nbits
+        shape = (m, 2**nbits, dim // m)
+        if dim not in prefix_dims or dim % m or pq.shape != shape:
             raise _fail(
                 "compression.pq",
-                f"needs dim in prefix_dims, m dividing it and shape [m, 2^nbits, dim/m]; got {pq}",
+                "needs dim in prefix_dims, m dividing it and shape [m, 2^nbits, dim/m]; "
+                f"got {_record_json(pq)}",
             )
-    sae = compression.get("sae")
-    if sae is not None and sae["input_dim"] not in prefix_dims:
-        raise _fail("compression.sae.input_dim", f"{sae['input_dim']} is not in prefix_dims")
+    sae = compression.sae
+    if sae is not None and sae.input_dim not in prefix_dims:
+        raise _fail("compression.sae.input_dim", f"{sae.input_dim} is not in prefix_dims")
+
+
+def _check_quantization(quantization: object) -> None:
+    if not isinstance(quantization, Quantization):
+        raise _fail("quantization", f"must be a Quantization record, not {quantization!r}")
+    texts = ("method", "weight_type", "activations", "source_bundle", "source_bundle_hash")
+    if not all(isinstance(getattr(quantization, name), str) for name in texts):
+        raise _fail("quantization", f"{', '.join(texts)} must be strings")
+    if not isinstance(quantization.per_channel, bool):
+        raise _fail("quantization.per_channel", "must be true or false")
+    cosine = quantization.cosine_to_fp32
+    if not isinstance(cosine, CosineToFP32) or not _is_int(cosine.texts) or cosine.texts < 1:
+        raise _fail("quantization.cosine_to_fp32", "needs a positive number of texts")
+    if not all(_is_finite(value) for value in (cosine.mean, cosine.min)):
+        raise _fail("quantization.cosine_to_fp32", "mean and min must be finite numbers")
 
 
 def _check_files(files: object) -> None:
@@ -399,9 +526,9 @@ def load_bundle(bundle_dir: Path) -> Manifest:
             raise BundleError(f"{manifest_path}: required file {required} is not listed in files")
     if HEADS_FILE in manifest.files and manifest.hierarchy is None:
         raise BundleError(f"{manifest_path}: {HEADS_FILE} is listed but hierarchy is missing")
-    for part, spec in (manifest.compression or {}).items():
-        if spec["file"] not in manifest.files:
-            raise BundleError(f"{manifest_path}: compression.{part} file {spec['file']} is not "
+    for part, spec in (manifest.compression.parts() if manifest.compression else {}).items():
+        if spec.file not in manifest.files:
+            raise BundleError(f"{manifest_path}: compression.{part} file {spec.file} is not "
                               "listed in files")
     for relative, expected in manifest.files.items():
         path = bundle_dir / relative

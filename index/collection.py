@@ -1,9 +1,11 @@
 """A collection: the SQLite store of record plus FAISS indexes per resolution, kept in step.
 
-For every served prefix dimension and every configured kind there is one cosine index (the
-prefix, L2-normalised) and, when ``fragment_dim`` is set, one SFS index (see
-:mod:`index.fragments`). All indexes, and the in-memory table of full unit vectors used for C2F
-re-ranking, are derived from the store:
+For every served prefix dimension and every kind its layout names there is one cosine index
+(the prefix, L2-normalised) and, when ``fragment_dim`` is set, one SFS index (see
+:mod:`index.fragments`). By default every prefix gets every kind; a ``layout`` builds only the
+kinds a user serves at each prefix (e.g. an HNSW graph at 64-d and nothing at 256-d, where fine
+queries are answered by C2F). All indexes, and the memory-mapped file of full unit vectors that
+C2F re-ranks with (:mod:`index.vector_file`), are derived from the store:
 
 - a write commits to SQLite first and only then updates the indexes, so an acknowledged write is
   never lost; on open, the indexes come from the last snapshot, caught up with the store's change
@@ -31,12 +33,14 @@ from index.kinds import KINDS, HnswParams, PqParams, VectorIndex, create_index, 
 from index.locking import ReadWriteLock
 from index.snapshot import load_snapshot, write_snapshot
 from index.store import ChangeSet, Document, Store
-from index.table import VectorTable
+from index.vector_file import VectorFile
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
 SCORINGS = ("cosine", "sfs")
 CHUNK = 256
 """Documents added to an index per hold of the exclusive lock."""
+CHUNK_ROWS = 50_000
+"""Rows read from the full vectors per step of an index build: bounded memory at any size."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,32 @@ class CollectionStats:
     indexes: dict[str, dict]
     """By index name: its scoring and its kind's own figures (``VectorIndex.stats``)."""
     recovery: dict
-    """How opening went: the snapshot used, indexes loaded, changes caught up, indexes rebuilt."""
+    """How opening went: the snapshot used, indexes loaded, changes caught up, indexes rebuilt,
+    and whether the full vectors' file was mapped or rebuilt."""
+    full_vectors: dict
+    """The full vectors' file: dtype, name and bytes on disk (:meth:`VectorFile.stats`)."""
+
+
+def _check_layout(
+    layout: Mapping[int, Sequence[str]], prefix_dims: Sequence[int]
+) -> dict[int, tuple[str, ...]]:
+    """``layout`` in canonical form (dims ascending, kinds in :data:`KINDS` order), or
+    :class:`ValueError` for a dim that is not served or a kind that does not exist."""
+    checked: dict[int, tuple[str, ...]] = {}
+    for prefix_dim, kinds in sorted(layout.items()):
+        if prefix_dim not in prefix_dims:
+            raise ValueError(
+                f"the index layout names dim {prefix_dim}, which is not a served prefix "
+                f"({', '.join(map(str, prefix_dims))})"
+            )
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown or len(set(kinds)) != len(kinds):
+            raise ValueError(
+                f"the index layout at dim {prefix_dim} must list some of {', '.join(KINDS)}, "
+                f"each once; got {list(kinds)}"
+            )
+        checked[prefix_dim] = tuple(kind for kind in KINDS if kind in kinds)
+    return checked
 
 
 def _check_count(value: object, what: str) -> int:
@@ -85,7 +114,11 @@ def _check_count(value: object, what: str) -> int:
 class Collection:
     """Documents with full vectors, searchable by cosine or SFS at each served prefix dimension.
 
-    ``path`` is a directory (created if missing) holding ``store.sqlite3`` and ``snapshot/``.
+    ``path`` is a directory (created if missing) holding ``store.sqlite3``, the full vectors
+    (``vectors.f32`` or ``vectors.f16`` with ``vectors.json``) and ``snapshot/``. ``layout`` maps
+    a prefix dimension to the index kinds built at it (default: every kind of ``index_kinds`` at
+    every one of ``prefix_dims``); ``full_dtype`` is the full vectors' storage, ``float32`` or
+    ``float16``.
     """
 
     def __init__(
@@ -98,6 +131,8 @@ class Collection:
         pq: PqParams | None = None,
         fragment_dim: int | None = None,
         pq_codebooks: Mapping[int, np.ndarray] | None = None,
+        layout: Mapping[int, Sequence[str]] | None = None,
+        full_dtype: str = "float32",
     ) -> None:
         _check_count(dim, "dim")
         prefix_dims = tuple(sorted({_check_count(d, "every prefix dim") for d in prefix_dims}))
@@ -108,6 +143,9 @@ class Collection:
             raise ValueError(
                 f"index_kinds must be some of {', '.join(KINDS)}; got {list(index_kinds)}"
             )
+        if layout is None:
+            layout = {prefix_dim: index_kinds for prefix_dim in prefix_dims}
+        self.layout = _check_layout(layout, prefix_dims)
         self.hnsw = hnsw or HnswParams()
         self.pq = pq or PqParams()
         # Cosine PQ indexes at these dims use the given centroids instead of training their own.
@@ -115,17 +153,16 @@ class Collection:
             int(d): np.ascontiguousarray(c, dtype=np.float32)
             for d, c in (pq_codebooks or {}).items()
         }
-        if "pq" in index_kinds:
-            for prefix_dim in prefix_dims:
-                if prefix_dim not in self.pq_codebooks:
-                    self.pq.check_dim(prefix_dim)
+        for prefix_dim, kinds in self.layout.items():
+            if "pq" in kinds and prefix_dim not in self.pq_codebooks:
+                self.pq.check_dim(prefix_dim)
         if fragment_dim is not None:
             for prefix_dim in prefix_dims:
                 check_fragment_dim(prefix_dim, fragment_dim)
         self.path = Path(path)
         self.dim = dim
         self.prefix_dims = prefix_dims
-        self.index_kinds = tuple(kind for kind in KINDS if kind in index_kinds)
+        self.index_kinds = tuple(k for k in KINDS if any(k in v for v in self.layout.values()))
         self.fragment_dim = fragment_dim
         scorings = SCORINGS if fragment_dim is not None else SCORINGS[:1]
         self._specs = {
@@ -133,17 +170,16 @@ class Collection:
             for spec in (
                 IndexSpec(scoring, prefix_dim, kind)
                 for scoring in scorings
-                for prefix_dim in prefix_dims
-                for kind in self.index_kinds
+                for prefix_dim, kinds in self.layout.items()
+                for kind in kinds
             )
         }
         self.path.mkdir(parents=True, exist_ok=True)
         self._store = Store(self.path / "store.sqlite3", dim)
         self._lock = ReadWriteLock()
         self._writer = threading.Lock()
-        self._table = VectorTable(dim)
-        live = self._store.live_rows()
-        self._table.add(live.rows, live.doc_ids, unit_rows(live.vectors))
+        self._vectors = VectorFile(self.path, dim, full_dtype)
+        self._count = self._store.count()
         self._indexes: dict[str, VectorIndex] = {}
         self._recovery: dict = {}
         self._applied: int | None = 0
@@ -179,13 +215,16 @@ class Collection:
             raise ValueError("sfs scoring needs a collection opened with a fragment_dim")
         return fragment_unit(matrix, dim, self.fragment_dim)
 
-    def _build(self, spec: IndexSpec) -> VectorIndex:
+    def _build(self, spec: IndexSpec, rows: np.ndarray) -> VectorIndex:
+        """A new index of ``spec`` over ``rows`` (every present row), filled chunk by chunk."""
         index = create_index(spec.kind, spec.dim, self.hnsw, self.pq, self._codebooks(spec))
-        if len(self._table):
-            index.add(self._table.ids, self._map(spec.scoring, spec.dim, self._table.vectors))
+        for start in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[start : start + CHUNK_ROWS]
+            index.add(chunk, self._map(spec.scoring, spec.dim, self._vectors.gather(chunk)))
         return index.replacement() or index
 
     def _open_indexes(self) -> None:
+        vectors_recovery = self._vectors.open(self._store)
         configs = {name: self._config(spec) for name, spec in self._specs.items()}
 
         def open_index(name: str, path: Path) -> VectorIndex:
@@ -199,15 +238,17 @@ class Collection:
             changes = ChangeSet((), (), self._store.counter)
         added = np.array(changes.added, dtype=np.int64)
         removed = np.array(changes.removed, dtype=np.int64)
+        live = self._store.live_row_ids() if len(loaded.indexes) < len(self._specs) else None
         for name, spec in self._specs.items():
             index = loaded.indexes.get(name)
             if index is None:
-                self._indexes[name] = self._build(spec)
+                assert live is not None
+                self._indexes[name] = self._build(spec, live)
                 continue
             if removed.size:
                 index.remove(removed)
             if added.size:
-                index.add(added, self._map(spec.scoring, spec.dim, self._table.gather(added)))
+                index.add(added, self._map(spec.scoring, spec.dim, self._vectors.gather(added)))
             self._indexes[name] = index.replacement() or index
         self._applied = changes.counter
         self._recovery = {
@@ -215,6 +256,7 @@ class Collection:
             "loaded": sorted(loaded.indexes),
             "caught_up_changes": len(changes.added) + len(changes.removed),
             "rebuilt": dict(sorted(loaded.problems.items())),
+            "full_vectors": asdict(vectors_recovery),
         }
 
     # -- writing ---------------------------------------------------------------------------
@@ -253,22 +295,20 @@ class Collection:
             upserted = self._store.upsert(documents)
             self._applied = None  # until the indexes have caught up; see snapshot()
             rows = np.array(upserted.rows, dtype=np.int64)
-            replaced = np.array([row for row in upserted.replaced if row is not None], np.int64)
             for start in range(0, len(rows), CHUNK):
                 chunk = slice(start, start + CHUNK)
                 old = np.array(
                     [row for row in upserted.replaced[chunk] if row is not None], np.int64
                 )
                 with self._lock.write():
-                    self._table.add(rows[chunk], ids[chunk], unit[chunk])
+                    self._vectors.write(rows[chunk], unit[chunk])
+                    self._count += len(rows[chunk]) - len(old)
                 for name, spec in self._specs.items():
                     with self._lock.write():
                         index = self._indexes[name]
                         if old.size:
                             index.remove(old)
                         index.add(rows[chunk], mapped[spec.scoring, spec.dim][chunk])
-            with self._lock.write():
-                self._table.remove(replaced)
             self._swap_in_replacements()
             self._applied = upserted.counter
         return upserted.counter
@@ -286,7 +326,7 @@ class Collection:
                     with self._lock.write():
                         self._indexes[name].remove(rows)
                 with self._lock.write():
-                    self._table.remove(rows)
+                    self._count -= len(rows)
                 self._swap_in_replacements()
             self._applied = deleted.counter
         return len(rows)
@@ -319,11 +359,22 @@ class Collection:
             )
         return spec
 
-    def _hits(self, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
+    def _hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
+        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, with the string
+        ids of every query's rows read in one store query (a row removed from the store whose
+        removal the indexes have not applied yet is still named: the search saw that state).
+        Called under the read lock, so the ids are those of the state the search saw."""
+        found = rows >= 0
+        doc_ids = iter(self._store.doc_ids_of(rows[found].tolist()))
+        named = np.full(rows.shape, None, dtype=object)
+        named[found] = [next(doc_ids) for _ in range(int(found.sum()))]
         return [
-            Hit(self._table.doc_id(int(row)), float(score))
-            for score, row in zip(scores, rows, strict=True)
-            if row >= 0
+            [
+                Hit(doc_id, float(score))
+                for score, doc_id in zip(query_scores, query_ids, strict=True)
+                if doc_id is not None
+            ]
+            for query_scores, query_ids in zip(scores, named, strict=True)
         ]
 
     def search(
@@ -345,9 +396,9 @@ class Collection:
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         mapped = self._map(scoring, dim, queries)
         with self._lock.read():
-            k = min(k, max(len(self._table), 1))  # FAISS allocates n * k results
+            k = min(k, max(self._count, 1))  # FAISS allocates n * k results
             scores, rows = self._indexes[spec.name].search(mapped, k)
-            return [self._hits(s, r) for s, r in zip(scores, rows, strict=True)]
+            return self._hits(scores, rows)
 
     def search_c2f(
         self,
@@ -369,27 +420,28 @@ class Collection:
         queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
         coarse = prefix_unit(queries, coarse_dim)
         full = unit_rows(queries)
-        results: list[list[Hit]] = []
+        best_scores = np.full((len(full), k), -np.inf, dtype=np.float32)
+        best_rows = np.full((len(full), k), -1, dtype=np.int64)
         with self._lock.read():
-            shortlist = min(shortlist, max(len(self._table), 1))
+            shortlist = min(shortlist, max(self._count, 1))
             started = time.perf_counter()
             _, candidates = self._indexes[spec.name].search(coarse, shortlist)
             shortlisted = time.perf_counter()
-            for query, rows in zip(full, candidates, strict=True):
+            for i, (query, rows) in enumerate(zip(full, candidates, strict=True)):
                 rows = rows[rows >= 0]
-                scores = self._table.gather(rows) @ query
+                scores = self._vectors.gather(rows) @ query
                 best = np.argsort(-scores, kind="stable")[:k]
-                results.append(self._hits(scores[best], rows[best]))
+                best_scores[i, : len(best)], best_rows[i, : len(best)] = scores[best], rows[best]
             if timings is not None:
                 timings["shortlist"] = timings.get("shortlist", 0.0) + shortlisted - started
                 timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - shortlisted
-        return results
+            return self._hits(best_scores, best_rows)
 
     def stats(self) -> CollectionStats:
         """Document count, change counter, per-index sizes and state, and how opening went."""
         with self._lock.read():
             return CollectionStats(
-                documents=len(self._table),
+                documents=self._count,
                 dim=self.dim,
                 prefix_dims=list(self.prefix_dims),
                 fragment_dim=self.fragment_dim,
@@ -399,6 +451,7 @@ class Collection:
                     for name, spec in self._specs.items()
                 },
                 recovery=self._recovery,
+                full_vectors=self._vectors.stats(),
             )
 
     # -- persistence -----------------------------------------------------------------------
@@ -419,6 +472,8 @@ class Collection:
                 for name, spec in self._specs.items()
             }
             write_snapshot(self.path / "snapshot", self._applied, self._store.store_id, entries)
+            with self._lock.read():  # writes wait for the writer mutex; searches only read
+                self._vectors.save(self._applied, self._store.store_id)
             self._store.prune_changes(self._applied)
             return self._applied
 

@@ -18,7 +18,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,13 @@ _SCHEMA = (
         op TEXT NOT NULL CHECK (op IN ('add', 'remove'))
     )""",
 )
+_REMOVED_IDS = (
+    "ALTER TABLE changes ADD COLUMN doc_id TEXT",
+    "CREATE INDEX IF NOT EXISTS removed_rows ON changes (row_id) WHERE op = 'remove'",
+)
+"""A removal's string id stays in the log until the indexes have dropped the row (the log is
+pruned at a snapshot), so a search that still finds the row can name it
+(:meth:`Store.doc_ids_of`). Added to stores made before."""
 
 
 @dataclass(frozen=True)
@@ -84,15 +91,6 @@ class ChangeSet:
     counter: int
 
 
-@dataclass(frozen=True)
-class LiveRows:
-    """Every present document's row id, string id and full vector, in row order."""
-
-    rows: np.ndarray
-    doc_ids: list[str]
-    vectors: np.ndarray
-
-
 _DOCUMENT_COLUMNS = "doc_id, text, metadata, vector"
 
 
@@ -124,6 +122,10 @@ class Store:
             self._writer.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 self._writer.execute(statement)
+            columns = {row[1] for row in self._writer.execute("PRAGMA table_info(changes)")}
+            if "doc_id" not in columns:
+                for statement in _REMOVED_IDS:
+                    self._writer.execute(statement)
             stored_dim = self._meta("dim")
             if stored_dim is None:
                 self._set_meta("dim", str(dim))
@@ -193,8 +195,7 @@ class Store:
                     ).fetchone()
                     if old is not None:
                         seq += 1
-                        db.execute("DELETE FROM documents WHERE row_id = ?", (old[0],))
-                        db.execute("INSERT INTO changes VALUES (?, ?, 'remove')", (seq, old[0]))
+                        self._log_removal(seq, old[0], document.id)
                     seq += 1
                     cursor = db.execute(
                         "INSERT INTO documents (doc_id, text, metadata, vector, seq) "
@@ -208,7 +209,7 @@ class Store:
                         ),
                     )
                     row = int(cursor.lastrowid or 0)
-                    db.execute("INSERT INTO changes VALUES (?, ?, 'add')", (seq, row))
+                    db.execute("INSERT INTO changes VALUES (?, ?, 'add', NULL)", (seq, row))
                     rows.append(row)
                     replaced.append(None if old is None else int(old[0]))
                 self._set_meta("counter", str(seq))
@@ -217,6 +218,11 @@ class Store:
                 db.execute("ROLLBACK")
                 raise
         return Upserted(tuple(rows), tuple(replaced), seq)
+
+    def _log_removal(self, seq: int, row: int, doc_id: str) -> None:
+        """Delete a document's row and log its removal (inside the caller's transaction)."""
+        self._writer.execute("DELETE FROM documents WHERE row_id = ?", (row,))
+        self._writer.execute("INSERT INTO changes VALUES (?, ?, 'remove', ?)", (seq, row, doc_id))
 
     def delete(self, doc_ids: Sequence[str]) -> ChangeSet:
         """Remove the documents with these ids (unknown ids are ignored); committed on return."""
@@ -233,8 +239,7 @@ class Store:
                     if old is None:
                         continue
                     seq += 1
-                    db.execute("DELETE FROM documents WHERE row_id = ?", (old[0],))
-                    db.execute("INSERT INTO changes VALUES (?, ?, 'remove')", (seq, old[0]))
+                    self._log_removal(seq, old[0], doc_id)
                     removed.append(int(old[0]))
                 self._set_meta("counter", str(seq))
                 db.execute("COMMIT")
@@ -267,20 +272,65 @@ class Store:
         found = {row[0]: _document(row) for row in rows}
         return [found.get(doc_id) for doc_id in doc_ids]
 
-    def live_rows(self) -> LiveRows:
-        """All present documents' row ids, string ids and full vectors, read in one transaction."""
+    def count(self) -> int:
+        """How many documents are present."""
+        return int(self._reader().execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def live_row_ids(self) -> np.ndarray:
+        """Every present document's row id, ascending."""
+        records = self._reader().execute("SELECT row_id FROM documents ORDER BY row_id")
+        return np.fromiter((record[0] for record in records), dtype=np.int64)
+
+    def _vectors(self, blobs: Sequence[bytes]) -> np.ndarray:
+        return np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(-1, self.dim)
+
+    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """The full vectors of these present rows, in the order given, read with one query."""
+        records = self._reader().execute(
+            "SELECT row_id, vector FROM documents WHERE row_id IN (SELECT value FROM json_each(?))",
+            (json.dumps([int(row) for row in rows]),),
+        )
+        found = dict(records.fetchall())
+        missing = [int(row) for row in rows if int(row) not in found]
+        if missing:
+            raise KeyError(f"rows {missing[:5]} are not in the store")
+        return self._vectors([found[int(row)] for row in rows])
+
+    def iter_vectors(self, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every present document's ``(row ids, full vectors)``, ``chunk`` rows at a time in row
+        order, all from one read transaction (one consistent state of the store)."""
         db = self._reader()
         db.execute("BEGIN")
         try:
-            records = db.execute(
-                "SELECT row_id, doc_id, vector FROM documents ORDER BY row_id"
-            ).fetchall()
+            cursor = db.execute("SELECT row_id, vector FROM documents ORDER BY row_id")
+            while records := cursor.fetchmany(chunk):
+                rows = np.fromiter((record[0] for record in records), np.int64, len(records))
+                yield rows, self._vectors([record[1] for record in records])
         finally:
             db.execute("COMMIT")
-        rows = np.fromiter((record[0] for record in records), dtype=np.int64, count=len(records))
-        blob = b"".join(record[2] for record in records)
-        vectors = np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(-1, self.dim)
-        return LiveRows(rows, [record[1] for record in records], vectors)
+
+    def doc_ids_of(self, rows: Sequence[int]) -> list[str | None]:
+        """The string ids of these rows in the order given: of present documents, and of rows
+        removed since the last pruning of the log (None for an older one). One query, and a
+        second only when some row is no longer present."""
+        wanted = json.dumps([int(row) for row in rows])
+        db = self._reader()
+        found = dict(
+            db.execute(
+                "SELECT row_id, doc_id FROM documents "
+                "WHERE row_id IN (SELECT value FROM json_each(?))",
+                (wanted,),
+            ).fetchall()
+        )
+        if len(found) < len(set(rows)):
+            found |= dict(
+                db.execute(
+                    "SELECT row_id, doc_id FROM changes WHERE op = 'remove' "
+                    "AND row_id IN (SELECT value FROM json_each(?))",
+                    (wanted,),
+                ).fetchall()
+            )
+        return [found.get(int(row)) for row in rows]
 
     def changes_since(self, counter: int) -> ChangeSet:
         """The net change after ``counter``: rows added since (and still present) and rows that

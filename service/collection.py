@@ -55,20 +55,20 @@ def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.
 
     The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
     """
-    spec = (manifest.compression or {}).get("pq")
+    spec = manifest.compression.pq if manifest.compression is not None else None
     if spec is None or "pq" not in settings.index_kinds:
         return {}
-    path = settings.bundle_dir / spec["file"]
+    path = settings.bundle_dir / spec.file
     try:
         codebooks = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise IndexDirError(f"cannot read the bundle's PQ codebooks {path}: {exc}") from exc
-    if list(codebooks.shape) != spec["shape"] or codebooks.dtype != np.float32:
+    if codebooks.shape != spec.shape or codebooks.dtype != np.float32:
         raise IndexDirError(
             f"{path} holds {codebooks.dtype} {list(codebooks.shape)}, the manifest says "
-            f"float32 {spec['shape']}"
+            f"float32 {list(spec.shape)}"
         )
-    return {spec["dim"]: codebooks}
+    return {spec.dim: codebooks}
 
 
 def open_collection(settings: Settings, manifest: Manifest) -> Collection:

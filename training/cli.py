@@ -21,9 +21,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from training.errors import FractalError
+from bundle import check_out_dir
+from training.errors import FractalError, bundle_errors_as_fractal
+from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
 
-DEFAULT_SEEDS = "42,123,456,789,1024"
+DEFAULT_SEEDS = ",".join(map(str, PAPER_SEEDS))
 ABLATIONS = ("inverted", "no-prefix", "uhmt")
 NESTED_DIMS = (16, 32, 64, 128, 256)  # `finetune`: the MIC/MIPIC papers' dims below the full one
 
@@ -80,8 +82,6 @@ def _add_encoder_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
-    from training.trainer import TrainConfig
-
     defaults = TrainConfig()
     group = parser.add_argument_group("training (defaults: the paper's, plus our two terms)")
     group.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -101,7 +101,7 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _data_config(args: argparse.Namespace):
-    from training.pipeline import DataConfig
+    from training.prepared_data import DataConfig
 
     generic = {
         key: getattr(args, key)
@@ -119,8 +119,6 @@ def _data_config(args: argparse.Namespace):
 
 
 def _train_config(args: argparse.Namespace, objective: str, seed: int):
-    from training.trainer import TrainConfig
-
     prefix_dims = args.prefix_dims
     if isinstance(prefix_dims, str):
         prefix_dims = _int_list(prefix_dims)
@@ -144,13 +142,13 @@ def _train_config(args: argparse.Namespace, objective: str, seed: int):
 
 
 def _encoder(args: argparse.Namespace):
-    from training.encoder import FrozenEncoder
+    from training.frozen_encoder import FrozenEncoder
 
     return FrozenEncoder(args.model, pooling=args.pooling, max_tokens=args.max_tokens)
 
 
 def _train_runs(args, data, objectives: list[str], seeds: list[int], out: Path) -> list[Path]:
-    from training.pipeline import evaluate_head, save_run, train
+    from training.head_job import evaluate_head, save_run, train
 
     run_dirs = []
     for objective in objectives:
@@ -172,7 +170,8 @@ def _train_runs(args, data, objectives: list[str], seeds: list[int], out: Path) 
 def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None) -> Path:
     """Evaluate saved runs side by side with the raw encoder and write the report."""
     from training.evaluation.report import RunResult, write_report
-    from training.pipeline import evaluate_raw, load_run, prepare_data
+    from training.head_job import evaluate_raw, load_run
+    from training.prepared_data import prepare_data
 
     runs = [load_run(path) for path in run_dirs]
     first = runs[0]
@@ -202,7 +201,8 @@ def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None
 
 def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) -> None:
     from training.export import export_bundle
-    from training.pipeline import load_run, prepare_data
+    from training.head_job import load_run
+    from training.prepared_data import prepare_data
 
     run = load_run(run_dir)
     encoder = data.encoder if data is not None else _encoder(args)
@@ -237,7 +237,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
 
 def _prepare(args, objectives: list[str]):
     """Check the options and read the data before the (slow) encoder loads."""
-    from training.pipeline import prepare_data
+    from training.prepared_data import prepare_data
 
     for objective in objectives:
         _train_config(args, objective, 0).validate(depth=2)
@@ -290,11 +290,11 @@ def _cmd_quantize(args):
     manifest = quantize_bundle(
         args.bundle, args.out, texts, recipe=recipe, name=args.name, overwrite=args.overwrite
     )
-    cosine = manifest.quantization["cosine_to_fp32"]
+    cosine = manifest.quantization.cosine_to_fp32
     print(
         f"bundle: {args.out} ({recipe.describe()}; "
-        f"cosine to fp32 on {cosine['texts']} {args.dataset} texts: mean {cosine['mean']:.4f}, "
-        f"min {cosine['min']:.4f})"
+        f"cosine to fp32 on {cosine.texts} {args.dataset} texts: mean {cosine.mean:.4f}, "
+        f"min {cosine.min:.4f})"
     )
 
 
@@ -335,11 +335,11 @@ def _cmd_ingest(args):
 
 
 def _cmd_mshc(args):
-    from training.objectives.mshc.evaluation import evaluate_mshc
-    from training.objectives.mshc.export import export_mshc_bundle
-    from training.objectives.mshc.pipeline import MSHCConfig
-    from training.objectives.mshc.report import targets, write_report
-    from training.pipeline import prepare_data
+    from training.mshc.evaluation import evaluate_mshc
+    from training.mshc.export import export_mshc_bundle
+    from training.mshc.pipeline import MSHCConfig
+    from training.mshc.report import targets, write_report
+    from training.prepared_data import prepare_data
 
     if min(args.mrl_epochs, args.vq_epochs, args.sae_epochs, args.kd_epochs) < 1:
         raise FractalError("every stage needs at least one epoch")
@@ -355,8 +355,8 @@ def _cmd_mshc(args):
     except ValueError as exc:
         raise FractalError(str(exc)) from exc
     bundle_dir = args.out / "bundle"
-    if bundle_dir.is_dir() and any(bundle_dir.iterdir()) and not args.overwrite:
-        raise FractalError(f"bundle directory {bundle_dir} is not empty (pass --overwrite)")
+    with bundle_errors_as_fractal():
+        check_out_dir(bundle_dir, args.overwrite)
     data_config = _data_config(args)
     splits = data_config.load()
     if len(splits.train.texts) < 256:
@@ -461,8 +461,6 @@ def _cmd_import(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from training.objectives import OBJECTIVES
-
     parser = argparse.ArgumentParser(prog="fractal", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -473,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--objectives",
         type=_name_list,
         default=["v5", "mrl"],
-        help=f"comma-separated, first one is exported ({', '.join(OBJECTIVES)})",
+        help=f"comma-separated, first one is exported ({', '.join(HEAD_OBJECTIVES)})",
     )
     run.add_argument("--seeds", type=_int_list, default=_int_list(DEFAULT_SEEDS))
     run.add_argument("--out", type=Path, required=True)
@@ -484,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one objective (one run per seed)")
     _add_data_options(train)
     _add_train_options(train)
-    train.add_argument("--objective", default="v5", help=", ".join(OBJECTIVES))
+    train.add_argument("--objective", default="v5", help=", ".join(HEAD_OBJECTIVES))
     train.add_argument("--seeds", "--seed", type=_int_list, default=[42])
     train.add_argument("--out", type=Path, required=True, help="folder for the run(s)")
     train.set_defaults(handler=_cmd_train)

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import copy
 import shutil
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 import numpy as np
-import onnxruntime as ort
 import torch
 from tokenizers import Tokenizer
 from torch import nn
@@ -40,22 +36,25 @@ from bundle import (
     TOKENIZER_FILE,
     Backbone,
     BundleError,
+    Compression,
     HierarchyLevel,
     Manifest,
-    load_bundle,
-    write_manifest,
+    check_out_dir,
+    install_bundle,
+    staging_dir,
 )
+from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
-from training.encoder import FrozenEncoder, pool
-from training.errors import FractalError
+from training.errors import FractalError, bundle_errors_as_fractal
+from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
+from training.objectives.tensors import pool
 
 ONNX_OPSET = 17
 # Largest |ONNX − torch| allowed on any embedding coordinate (or logit) of the check texts. Both run
 # float32 on the same weights, so only kernel order differs: MiniLM shows ~1e-6. A wrong tokenizer,
 # pooling or traced-in shape shows 1e-2 or more.
 ONNX_TOLERANCE = 1e-3
-CHECK_BATCH_SIZE = 16
 # The identity bundle serves the backbone's own prefixes: those a trained bundle has too
 # (multiples of 64 up to 256) that are shorter than the hidden size, then the full hidden size.
 IDENTITY_PREFIX_STEP = 64
@@ -113,15 +112,7 @@ def _save_tokenizer(encoder: FrozenEncoder, path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
-def tokenize_batch(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``input_ids`` and ``attention_mask`` (int64, padded to the longest text) for one batch."""
-    encodings = tokenizer.encode_batch(texts)
-    ids = np.array([e.ids for e in encodings], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-    return ids, mask
-
-
-def _export_onnx(
+def export_onnx(
     module: nn.Module,
     args: tuple[torch.Tensor, ...],
     path: Path,
@@ -129,6 +120,8 @@ def _export_onnx(
     output_names: list[str],
     dynamic_axes: dict[str, dict[int, str]],
 ) -> None:
+    """Trace ``module`` (in eval mode) on ``args`` into the ONNX graph ``path`` (TorchScript
+    exporter, opset :data:`ONNX_OPSET`); axes named in ``dynamic_axes`` stay free."""
     with warnings.catch_warnings():
         # The tracer warns about Python control flow in transformers' masking code and the
         # exporter about its own deprecation; the numerical check after export is what counts.
@@ -161,7 +154,7 @@ def _export_graphs(
     )
     example = (torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
     batch_and_seq = {0: "batch", 1: "sequence"}
-    _export_onnx(
+    export_onnx(
         _FusedEncoder(encoder, projection),
         example,
         folder / ENCODER_FILE,
@@ -170,7 +163,7 @@ def _export_graphs(
         {INPUT_IDS: batch_and_seq, ATTENTION_MASK: batch_and_seq, EMBEDDING: {0: "batch"}},
     )
     if head_copy is not None and with_heads:
-        _export_onnx(
+        export_onnx(
             _Heads(head_copy, coarse_dim),
             (torch.zeros(2, head_copy.dim, device=device),),
             folder / HEADS_FILE,
@@ -180,26 +173,9 @@ def _export_graphs(
         )
 
 
-def _cpu_session(path: Path) -> ort.InferenceSession:
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def onnx_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
-    """``folder``'s unnormalised embeddings of ``texts`` through its tokenizer.json and
-    encoder.onnx alone, in batches of similar lengths, as the service forms them: padded, but
-    not all to max_tokens."""
-    tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    session = _cpu_session(folder / ENCODER_FILE)
-    order = np.argsort([len(text) for text in texts], kind="stable")
-    batches = []
-    for start in range(0, len(order), CHECK_BATCH_SIZE):
-        batch = order[start : start + CHECK_BATCH_SIZE]
-        ids, mask = tokenize_batch(tokenizer, [texts[i] for i in batch])
-        batches.append(session.run([EMBEDDING], {INPUT_IDS: ids, ATTENTION_MASK: mask})[0])
-    return np.concatenate(batches)[np.argsort(order)]
-
-
-def _max_abs_diff(name: str, onnx_values: np.ndarray, torch_values: np.ndarray) -> float:
+def max_abs_diff(name: str, onnx_values: np.ndarray, torch_values: np.ndarray) -> float:
+    """The largest ``|ONNX − torch|`` of output ``name``; a :class:`FractalError` above
+    :data:`ONNX_TOLERANCE`."""
     diff = float(np.abs(onnx_values - torch_values).max())
     if not diff <= ONNX_TOLERANCE:
         raise FractalError(
@@ -235,19 +211,19 @@ def _check_against_torch(
     onnx_embedding = onnx_embeddings(folder, check_texts)
     features = torch.from_numpy(encoder.encode(check_texts, progress=False))
     if head is None:
-        return _max_abs_diff(EMBEDDING, onnx_embedding, features.numpy())
+        return max_abs_diff(EMBEDDING, onnx_embedding, features.numpy())
     cpu_head = copy.deepcopy(head).cpu().eval()
     with torch.inference_mode():
         embedding = cpu_head(features)
-    diff = _max_abs_diff(EMBEDDING, onnx_embedding, embedding.numpy())
+    diff = max_abs_diff(EMBEDDING, onnx_embedding, embedding.numpy())
     if not with_heads:
         return diff
     with torch.inference_mode():
         torch_logits = _Heads(cpu_head, coarse_dim)(embedding)
     logit_names = [COARSE_LOGITS, FINE_LOGITS]
-    onnx_logits = _cpu_session(folder / HEADS_FILE).run(logit_names, {EMBEDDING: embedding.numpy()})
+    onnx_logits = cpu_session(folder / HEADS_FILE).run(logit_names, {EMBEDDING: embedding.numpy()})
     for name, got, expected in zip(logit_names, onnx_logits, torch_logits, strict=True):
-        _max_abs_diff(name, got, expected.numpy())
+        max_abs_diff(name, got, expected.numpy())
     return diff
 
 
@@ -268,7 +244,8 @@ def _check_arguments(
             raise FractalError(f"report file name {file_name!r} is reserved for the bundle")
         if not Path(source).is_file():
             raise FractalError(f"report file not found: {source}")
-    check_out_dir(out_dir, overwrite)
+    with bundle_errors_as_fractal():
+        check_out_dir(out_dir, overwrite)
     if not check_texts or not all(isinstance(t, str) and t.strip() for t in check_texts):
         raise FractalError("check_texts must be a non-empty list of non-empty texts")
     if head is None:
@@ -285,42 +262,6 @@ def _check_arguments(
     expected = [hierarchy.num_classes(level) for level in range(hierarchy.depth)]
     if widths != expected:
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
-
-
-def check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    """A bundle may go to ``out_dir``: absent, empty, or to be replaced (``overwrite``)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FractalError(f"bundle path {out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise FractalError(f"bundle directory {out_dir} is not empty (pass --overwrite)")
-
-
-@contextmanager
-def staging_dir(out_dir: Path) -> Iterator[Path]:
-    """A new folder beside ``out_dir`` to build a bundle in; whatever is left of it (all of it,
-    unless :func:`install_bundle` moved it) is removed when the block ends."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp.", dir=out_dir.parent))
-    try:
-        yield staging
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-
-
-def install_bundle(staging: Path, manifest: Manifest, out_dir: Path) -> Manifest:
-    """Hash ``staging``'s files into ``manifest``, write it, verify the bundle as the service
-    will, then move it to ``out_dir`` (replacing what was there); the written manifest."""
-    written = write_manifest(staging, manifest)
-    load_bundle(staging)
-    if out_dir.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-        out_dir.rename(retired / out_dir.name)
-        staging.rename(out_dir)
-        shutil.rmtree(retired)
-    else:
-        staging.rename(out_dir)
-    return written
 
 
 def export_bundle(
@@ -340,7 +281,7 @@ def export_bundle(
     overwrite: bool = False,
     with_heads: bool = True,
     extra_files: dict[str, Path] | None = None,
-    compression: dict | None = None,
+    compression: Compression | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 

@@ -1,7 +1,7 @@
 """Contrastive training of the encoder itself (MRL, MIC, MIPIC, SFS): the trainer for the
 objectives that read token states or whose papers fine-tune the backbone.
 
-The model is a :class:`~training.token_model.TokenEncoder`: the backbone with its top
+The model is a :class:`~training.token_encoder.TokenEncoder`: the backbone with its top
 ``unfreeze_layers`` layers trainable (0 = head-only) plus a token-wise projection to ``dim``.
 Batches are class-balanced — ``batch_size / 2`` labels, two texts each — so that every anchor of
 the supervised contrastive terms has a positive. AdamW with cosine decay, one learning rate for the
@@ -10,7 +10,7 @@ backbone (the papers' 2e-5) and one for the projection and the objectives' own p
 When the backbone is frozen, the transformer runs once, not once per step: MRL and SFS steps read
 the cached pooled features (``projection(pool(h)) = pool(projection(h))``, so it is the same
 model), MIC and MIPIC steps read the last layer's token states and every layer's pooled state,
-computed once for the training texts (:class:`~training.token_model.CachedTokenStates`).
+computed once for the training texts (:class:`~training.token_encoder.CachedTokenStates`).
 
 ``matched`` comparisons use the same :class:`FinetuneConfig` with only ``objective`` changed.
 """
@@ -25,14 +25,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from training.encoder import FrozenEncoder
 from training.errors import FractalError
+from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
 from training.objectives.sfs import SFSLoss
-from training.token_model import CachedTokenStates, TokenEncoder, TokenStates
+from training.objectives.tensors import TokenStates
+from training.token_encoder import CachedTokenStates, TokenEncoder
 
 FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).

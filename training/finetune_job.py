@@ -20,7 +20,7 @@ from training.evaluation.linear_probe import logistic_regression_f1
 from training.evaluation.ranking import ranking_metrics
 from training.export import export_bundle
 from training.finetune import FinetuneConfig, as_head, embed_texts, finetune
-from training.pipeline import DataConfig, prepare_data
+from training.prepared_data import DataConfig, prepare_data
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

@@ -11,14 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def normalized_prefix(embedding: torch.Tensor, prefix_dim: int) -> torch.Tensor:
-    """The first ``prefix_dim`` coordinates, L2-normalised, zero-padded back to full width.
-
-    Zero padding lets one classifier per level read any prefix length.
-    """
-    prefix = F.normalize(embedding[:, :prefix_dim], dim=-1)
-    return F.pad(prefix, (0, embedding.shape[-1] - prefix_dim))
+from training.objectives.tensors import normalized_prefix
 
 
 class FractalHead(nn.Module):
@@ -46,7 +39,3 @@ class FractalHead(nn.Module):
         """
         weights = F.normalize(self.classifiers[level].weight, dim=-1)
         return self.logit_scale * normalized_prefix(embedding, prefix_dim) @ weights.T
-
-    def class_vectors(self, level: int) -> torch.Tensor:
-        """Unit class vectors of ``level`` (rows), in the zero-padded full-width space."""
-        return F.normalize(self.classifiers[level].weight, dim=-1)

@@ -26,12 +26,16 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from bundle import (
     ENCODER_FILE,
-    BundleError,
+    CosineToFP32,
     Manifest,
+    Quantization,
+    check_out_dir,
+    install_bundle,
     load_bundle,
+    staging_dir,
 )
-from training.errors import FractalError
-from training.export import check_out_dir, install_bundle, onnx_embeddings, staging_dir
+from training.bundle_embeddings import onnx_embeddings
+from training.errors import FractalError, bundle_errors_as_fractal
 
 MIN_MEAN_COSINE = 0.9
 """Below this mean cosine to the fp32 embeddings the quantised graph is refused as broken. The
@@ -51,6 +55,7 @@ class Quantisation:
         return f"dynamic int8, {self.weight_type.name} weights ({scale}), uint8 activations"
 
     def to_json(self) -> dict[str, object]:
+        """The recipe's fields of the manifest's :class:`bundle.Quantization`."""
         return {
             "method": "onnxruntime.quantization.quantize_dynamic",
             "weight_type": self.weight_type.name,
@@ -95,15 +100,14 @@ def quantize_bundle(
     ``out_dir`` without ``overwrite``, or a failed check; ``out_dir`` is written only on success.
     """
     bundle_dir, out_dir = Path(bundle_dir), Path(out_dir)
-    try:
+    with bundle_errors_as_fractal():
         source = load_bundle(bundle_dir)
-    except BundleError as exc:
-        raise FractalError(str(exc)) from exc
     if source.quantization is not None:
         raise FractalError(f"{bundle_dir} is already quantised ({source.quantization})")
     if out_dir.resolve() == bundle_dir.resolve():
         raise FractalError("--out must differ from the source bundle (bundles are immutable)")
-    check_out_dir(out_dir, overwrite)
+    with bundle_errors_as_fractal():
+        check_out_dir(out_dir, overwrite)
     texts = [text for text in check_texts if isinstance(text, str) and text.strip()]
     if not texts:
         raise FractalError("quantisation needs some non-empty check texts")
@@ -120,16 +124,14 @@ def quantize_bundle(
                 f"the quantised encoder's embeddings have mean cosine {mean:.4f} to the fp32 "
                 f"ones (at least {MIN_MEAN_COSINE} expected): not written"
             )
-        quantization = {
+        quantization = Quantization(
             **recipe.to_json(),
-            "source_bundle": source.name,
-            "source_bundle_hash": source.content_hash,
-            "cosine_to_fp32": {
-                "texts": len(texts),
-                "mean": round(mean, 6),
-                "min": round(float(np.min(cosines)), 6),
-            },
-        }
+            source_bundle=source.name,
+            source_bundle_hash=source.content_hash,
+            cosine_to_fp32=CosineToFP32(
+                texts=len(texts), mean=round(mean, 6), min=round(float(np.min(cosines)), 6)
+            ),
+        )
         draft = replace(
             source,
             name=name or f"{source.name}-int8",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks import encoder_throughput
 from benchmarks.encoder_throughput import FP32, SMOKE, TORCH
+from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import v5_bundle
 
 
@@ -19,11 +18,10 @@ def v5_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_encoder_throughput_smoke_run(tmp_path: Path, v5_bundle_dir: Path) -> None:
-    paths = encoder_throughput.run(SMOKE, v5_bundle_dir, smoke=True, out=tmp_path, progress=False)
+    paths, report = run_smoke("encoder_throughput", tmp_path, "--bundle", str(v5_bundle_dir))
     name = "encoder_throughput_smoke"
     assert sorted(path.name for path in paths) == [f"{name}.{s}" for s in ("json", "md", "png")]
     assert all(path.parent == tmp_path and path.stat().st_size > 0 for path in paths)
-    report = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
 
     assert report["smoke"] is True
     machine = report["machine"]

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import http_load
-from benchmarks.http_load import SMOKE, WORKLOADS, corpus
+from benchmarks.harness.live_load import WORKLOADS, corpus
+from benchmarks.http_load import SMOKE
+from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import v5_bundle
 
 
@@ -32,7 +33,8 @@ def test_corpus_rejects_more_queries_than_there_are_test_utterances() -> None:
 
 def test_http_load_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     settings = replace(SMOKE, documents=200)
-    paths = http_load.run(settings, v5_bundle(tmp_path_factory), True, tmp_path, False)
+    bundle = str(v5_bundle(tmp_path_factory))
+    paths, _ = run_smoke("http_load", tmp_path, "--bundle", bundle, "--documents", "200")
     assert sorted(path.name for path in paths) == [
         f"http_load_smoke.{suffix}" for suffix in ("json", "md", "png")
     ]

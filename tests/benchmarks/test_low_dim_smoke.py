@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import low_dim, sfs_retrieval
+from tests.benchmarks.smoke import run_smoke
 
 
 @pytest.mark.slow
 def test_low_dim_smoke(tmp_path: Path) -> None:
-    low_dim.main(["--smoke", "--out", str(tmp_path), "--no-progress", "--dims", "16,64,384"])
+    run_smoke("low_dim", tmp_path, "--dims", "16,64,384")
     name = "low_dim_banking77_smoke"
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [f"{name}.{suffix}" for suffix in ("json", "md", "png")]
@@ -28,7 +28,7 @@ def test_low_dim_smoke(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sfs_retrieval_smoke(tmp_path: Path) -> None:
-    sfs_retrieval.main(["--smoke", "--out", str(tmp_path), "--fragments", "256,64,16"])
+    run_smoke("sfs_retrieval", tmp_path, "--fragments", "256,64,16")
     report = json.loads((tmp_path / "sfs_retrieval_clinc150_smoke.json").read_text("utf-8"))
     assert set(report["mean"]) == {"256", "64", "16"}
     for by_scoring in report["mean"].values():

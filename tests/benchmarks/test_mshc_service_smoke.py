@@ -3,14 +3,21 @@ every route answered, the PQ index built from the bundle's codebooks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import mshc_service
+from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import mshc_bundle
 
 
-def test_mshc_service_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> None:
-    record = mshc_service.measure(mshc_bundle(tmp_path_factory), max_docs=300, max_queries=30)
+def test_mshc_service_smoke_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    bundle = str(mshc_bundle(tmp_path_factory))
+    options = ("--bundle", bundle, "--documents", "300", "--queries", "30")
+    paths, record = run_smoke("mshc_service", tmp_path, *options)
     assert record["documents"] == 300 and record["queries"] == 30
     rows = {row["search"]: row for row in record["rows"]}
     assert list(rows) == list(mshc_service.ROUTES)
@@ -21,4 +28,4 @@ def test_mshc_service_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Non
     indexes = {(i["dimension"], i["kind"]): i for i in record["indexes"]}
     assert indexes[(96, "pq")]["bytes_per_vector"] == 8
     assert indexes[(96, "pq")]["codebooks"] == "bundle"
-    assert "| pq 96-d (8 B) |" in mshc_service.markdown(record)
+    assert "| pq 96-d (8 B) |" in paths[1].read_text(encoding="utf-8")

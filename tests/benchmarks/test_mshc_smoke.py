@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 from benchmarks import mshc
-from training.objectives.mshc.pipeline import STAGES
+from tests.benchmarks.smoke import run_smoke
+from training.mshc.pipeline import STAGES
 
 
 def test_mshc_smoke_run(tmp_path: Path) -> None:
-    paths = mshc.run(smoke=True, out=tmp_path, progress=False)
+    paths, _ = run_smoke("mshc", tmp_path)
     assert sorted(p.name for p in paths) == [f"mshc_smoke.{s}" for s in ("json", "md", "png")]
     assert all(p.stat().st_size > 0 for p in paths)
     report = json.loads((tmp_path / "mshc_smoke.json").read_text(encoding="utf-8"))
@@ -40,6 +41,8 @@ def test_mshc_smoke_run(tmp_path: Path) -> None:
     assert retrieval["full"]["relative"] == 1.0
     full = retrieval["full"]["mrr"]
     assert all(abs(row["relative"] - row["mrr"] / full) < 1e-9 for row in retrieval.values())
-    assert set(report["targets"]) == {"mrl96_kept", "vq_rho_loss", "c2f_k100", "pq_rerank"}
+    assert {t["name"] for t in report["targets"]} == {
+        "mrl96_kept", "vq_rho_loss", "c2f_k100", "pq_rerank",
+    }
     markdown = (tmp_path / "mshc_smoke.md").read_text(encoding="utf-8")
     assert "paper Table 13" in markdown and "paper Table 19" in markdown

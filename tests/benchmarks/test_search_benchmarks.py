@@ -10,7 +10,8 @@ import faiss
 import pytest
 
 from benchmarks import c2f_sfs_pq, index_latency
-from benchmarks.search_measure import first_reaching
+from benchmarks.harness.search_measure import first_reaching
+from tests.benchmarks.smoke import run_smoke
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +50,7 @@ def _check_outputs(paths: list[Path], name: str, tmp_path: Path) -> dict:
 
 
 def test_index_latency_smoke_run(tmp_path: Path) -> None:
-    paths = index_latency.run(index_latency.SMOKE, smoke=True, out=tmp_path, progress=False)
+    paths, _ = run_smoke("index_latency", tmp_path)
     report = _check_outputs(paths, "index_latency_smoke", tmp_path)
     settings = index_latency.SMOKE
     assert len(report["hnsw"]) == len(settings.dims) * len(settings.ef_values)
@@ -64,7 +65,7 @@ def test_index_latency_smoke_run(tmp_path: Path) -> None:
 
 
 def test_c2f_sfs_pq_smoke_run(tmp_path: Path) -> None:
-    paths = c2f_sfs_pq.run(c2f_sfs_pq.SMOKE, smoke=True, out=tmp_path, progress=False)
+    paths, _ = run_smoke("c2f_sfs_pq", tmp_path)
     report = _check_outputs(paths, "c2f_sfs_pq_smoke", tmp_path)
     for dataset in report["datasets"]:
         paths_seen = {row["path"] for row in dataset["rows"]}

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import service_settings
 from benchmarks.service_settings import SMOKE, VARIANTS
+from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import v5_bundle
 
 
@@ -16,9 +17,7 @@ def test_service_settings_smoke_run(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     out = tmp_path / "results"
-    paths = service_settings.run(
-        SMOKE, v5_bundle(tmp_path_factory), None, True, out, False, "test"
-    )
+    paths, _ = run_smoke("service_settings", out, "--bundle", str(v5_bundle(tmp_path_factory)))
     assert sorted(path.name for path in paths) == [
         f"service_settings_smoke.{suffix}" for suffix in ("json", "md", "png")
     ]

@@ -22,9 +22,12 @@ from bundle import (
     TOKENIZER_FILE,
     Backbone,
     BundleError,
+    Compression,
     HierarchyLevel,
     Manifest,
+    Quantization,
     load_bundle,
+    sha256_file,
     write_manifest,
 )
 
@@ -196,6 +199,13 @@ def test_manifest_checks_its_fields_when_built() -> None:
 
 _PQ = {"file": "pq_codebooks.npy", "dim": 64, "m": 8, "nbits": 8, "shape": [8, 256, 8],
        "bytes_per_vector": 8}
+_SAE = {"file": "sae.onnx", "input_dim": 64, "output_dim": 32, "bytes_per_vector": 128}
+_QUANTIZATION = {
+    "method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+    "per_channel": True, "activations": "uint8, scale per batch at run time",
+    "source_bundle": "test-v5", "source_bundle_hash": "0" * 64,
+}
+_COSINE = {"texts": 64, "mean": 0.991234, "min": 0.95}
 
 
 @pytest.mark.parametrize(
@@ -222,8 +232,8 @@ def test_invalid_compression_parts(bundle_dir: Path, compression: dict, message:
 
 def test_compression_parts_round_trip(bundle_dir: Path) -> None:
     (bundle_dir / "pq_codebooks.npy").write_bytes(b"codebook bytes")
-    written = write_manifest(bundle_dir, _manifest(compression={"pq": _PQ}))
-    assert load_bundle(bundle_dir) == written and written.compression["pq"]["m"] == 8
+    written = write_manifest(bundle_dir, _manifest(compression=Compression.from_json({"pq": _PQ})))
+    assert load_bundle(bundle_dir) == written and written.compression.pq.m == 8
 
 
 def test_manifests_without_quantization_keep_their_bytes_and_hash(bundle_dir: Path) -> None:
@@ -240,7 +250,56 @@ def test_manifests_without_quantization_keep_their_bytes_and_hash(bundle_dir: Pa
 
 def test_quantization_round_trips_and_changes_the_hash(bundle_dir: Path) -> None:
     before = load_bundle(bundle_dir)
-    quantization = {"weight_type": "QInt8", "per_channel": True}
+    quantization = Quantization.from_json({**_QUANTIZATION, "cosine_to_fp32": _COSINE})
     written = write_manifest(bundle_dir, _manifest(quantization=quantization))
     assert load_bundle(bundle_dir) == written and written.quantization == quantization
     assert written.content_hash != before.content_hash
+
+
+def test_typed_parts_rewrite_their_manifest_byte_for_byte(bundle_dir: Path) -> None:
+    """``compression`` and ``quantization`` as the writer put them in ``manifest.json`` before
+    they were typed records: read and written again, the file and the content hash are the same."""
+    parts = {"pq_codebooks.npy": b"codebook bytes", "sae.onnx": b"sae graph bytes"}
+    for name, content in parts.items():
+        (bundle_dir / name).write_bytes(content)
+    _edit_manifest(bundle_dir, lambda m: m.update(
+        compression={"pq": _PQ, "sae": _SAE},
+        quantization={**_QUANTIZATION, "cosine_to_fp32": _COSINE},
+        files={**m["files"], **{name: sha256_file(bundle_dir / name) for name in parts}},
+    ))
+    written = write_manifest(bundle_dir, load_bundle(bundle_dir))
+    text = (bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert data["compression"] == {"pq": _PQ, "sae": _SAE}
+    assert data["quantization"] == {**_QUANTIZATION, "cosine_to_fp32": _COSINE}
+    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    again = write_manifest(bundle_dir, load_bundle(bundle_dir))
+    assert (bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8") == text
+    assert again.content_hash == written.content_hash
+    assert written.compression.sae.output_dim == 32
+    assert written.quantization.cosine_to_fp32.mean == _COSINE["mean"]
+
+
+def test_parts_must_be_records() -> None:
+    with pytest.raises(BundleError, match="compression must be a Compression record"):
+        _manifest(compression={"pq": _PQ})
+    with pytest.raises(BundleError, match="quantization must be a Quantization record"):
+        _manifest(quantization={**_QUANTIZATION, "cosine_to_fp32": _COSINE})
+
+
+@pytest.mark.parametrize(
+    ("quantization", "message"),
+    [
+        ({**_QUANTIZATION, "cosine_to_fp32": _COSINE, "bits": 8}, "must have exactly the fields"),
+        (_QUANTIZATION, "quantization must have exactly the fields"),
+        (
+            {**_QUANTIZATION, "cosine_to_fp32": {**_COSINE, "texts": 0}},
+            "cosine_to_fp32 needs a positive number of texts",
+        ),
+        ({**_QUANTIZATION, "cosine_to_fp32": [1]}, "cosine_to_fp32 must be an object"),
+    ],
+)
+def test_invalid_quantization(bundle_dir: Path, quantization: dict, message: str) -> None:
+    _edit_manifest(bundle_dir, lambda m: m.update(quantization=quantization))
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle_dir)

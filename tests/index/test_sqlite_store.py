@@ -32,7 +32,8 @@ def test_upsert_gives_new_rows_and_replacing_moves_a_document_to_a_new_row(tmp_p
     assert stored is not None
     assert stored.text == "new text" and stored.metadata == {"k": [1]}
     np.testing.assert_array_equal(stored.vector, np.arange(4))
-    assert list(store.live_rows().doc_ids) == ["b", "a"]
+    live = store.live_row_ids()
+    assert store.doc_ids_of(live) == ["b", "a"] and store.count() == 2
     store.close()
 
 
@@ -42,9 +43,14 @@ def test_delete_removes_known_ids_and_ignores_unknown_ones(tmp_path: Path) -> No
     deleted = store.delete(["a", "missing"])
     assert deleted.removed == (rows[0],) and deleted.counter == 3
     assert store.get("a") is None and store.get("b") is not None
-    live = store.live_rows()
-    assert live.doc_ids == ["b"] and live.rows.tolist() == [rows[1]]
-    np.testing.assert_array_equal(live.vectors, np.full((1, 4), 2.0))
+    assert store.live_row_ids().tolist() == [rows[1]] and store.count() == 1
+    assert store.doc_ids_of([rows[0], rows[1]]) == ["a", "b"]  # removal still in the log
+    store.prune_changes(deleted.counter)
+    assert store.doc_ids_of([rows[0], rows[1]]) == [None, "b"]
+    np.testing.assert_array_equal(store.vectors_of(np.array([rows[1]])), np.full((1, 4), 2.0))
+    ((chunk_rows, chunk_vectors),) = list(store.iter_vectors(chunk=10))
+    assert chunk_rows.tolist() == [rows[1]]
+    np.testing.assert_array_equal(chunk_vectors, np.full((1, 4), 2.0))
     store.close()
 
 

@@ -24,7 +24,7 @@ from training.data.dataset import DatasetSplits
 from training.data.registry import load_dataset
 
 if TYPE_CHECKING:
-    from training.encoder import FrozenEncoder
+    from training.frozen_encoder import FrozenEncoder
 
 CLINC_TRAIN = 1500
 CLINC_TEST = 300
@@ -40,7 +40,7 @@ CHECK_TEXTS = [
 
 @cache
 def encoder() -> FrozenEncoder:
-    from training.encoder import FrozenEncoder
+    from training.frozen_encoder import FrozenEncoder
 
     return FrozenEncoder()
 
@@ -59,8 +59,9 @@ def _build_identity(out: Path) -> None:
 
 def _build_v5(out: Path) -> None:
     from training.export import export_bundle
-    from training.pipeline import DataConfig, prepare_data, train
-    from training.trainer import TrainConfig
+    from training.head_job import train
+    from training.prepared_data import DataConfig, prepare_data
+    from training.train_config import TrainConfig
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
     result = train(data, TrainConfig(epochs=3, learning_rate=1e-3, seed=42), progress=False)
@@ -84,9 +85,9 @@ def _build_v5(out: Path) -> None:
 def small_mshc():
     """A quickly trained MSHC model on the V5 bundle's rows, its 96-d PQ and the data (the same
     objects for every caller, so that a test can compare the exported bundle with them)."""
-    from training.objectives.mshc.pipeline import MSHCConfig, train_mshc
-    from training.objectives.mshc.pq import ProductQuantizer
-    from training.pipeline import DataConfig, prepare_data
+    from training.mshc.pipeline import MSHCConfig, train_mshc
+    from training.mshc.pq import ProductQuantizer
+    from training.prepared_data import DataConfig, prepare_data
 
     data = prepare_data(DataConfig("clinc150", CLINC_TRAIN, CLINC_TEST), encoder(), progress=False)
     config = MSHCConfig(mrl_epochs=3, vq_epochs=3, sae_epochs=2, kd_epochs=2)
@@ -105,7 +106,7 @@ def torch_from(array):
 
 
 def _build_mshc(out: Path) -> None:
-    from training.objectives.mshc.export import export_mshc_bundle
+    from training.mshc.export import export_mshc_bundle
 
     model, pq, data = small_mshc()
     export_mshc_bundle(

@@ -61,11 +61,11 @@ def _pq_reconstruction(vectors: np.ndarray, codebooks: np.ndarray) -> np.ndarray
 def test_manifest_describes_the_compression_parts(bundle_dir: Path) -> None:
     manifest = load_bundle(bundle_dir)
     assert manifest.objective == "mshc" and manifest.prefix_dims == (96, 192, 256, 384)
-    assert manifest.compression["pq"] == {
+    assert manifest.compression.to_json()["pq"] == {
         "file": "pq_codebooks.npy", "dim": 96, "m": 8, "nbits": 8, "shape": [8, 256, 12],
         "bytes_per_vector": 8,
     }
-    assert manifest.compression["sae"]["output_dim"] == 32
+    assert manifest.compression.sae.output_dim == 32
     assert {"pq_codebooks.npy", "sae.onnx", "encoder.onnx"} <= set(manifest.files)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from training.encoder import FrozenEncoder
-from training.pipeline import DataConfig, PreparedData, prepare_data
+from training.frozen_encoder import FrozenEncoder
+from training.prepared_data import DataConfig, PreparedData, prepare_data
 
 
 @pytest.fixture(scope="session")

@@ -17,19 +17,25 @@ from training.objectives.mipic import (
     linear_cka,
     top_k_ratios,
 )
-from training.objectives.sfs import SFSLoss, fragment_normalize, fragment_similarity
-from training.token_model import TokenStates
+from training.objectives.sfs import SFSLoss, fragment_normalize
+from training.objectives.tensors import TokenStates
 
 
 def test_fragment_similarity_is_the_mean_of_fragment_cosines() -> None:
+    """``S_frag`` as :class:`SFSLoss` (and the index) compute it: the inner product of the
+    fragment-normalised rows."""
     query = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     document = torch.tensor([[2.0, 0.0, 0.0, 3.0], [0.0, 1.0, 0.0, 1.0]])
     # Fragments of 2: cos([1,0],[2,0]) = 1, cos([0,1],[0,3]) = 1 → 1;
     # cos([1,0],[0,1]) = 0, cos([0,1],[0,1]) = 1 → 0.5.
-    np.testing.assert_allclose(fragment_similarity(query, document, 2), [[1.0, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(
+        fragment_normalize(query, 2) @ fragment_normalize(document, 2).T, [[1.0, 0.5]], atol=1e-6
+    )
     # One fragment is the global cosine: 5 / (√2·√13) and 1 / (√2·√2).
     np.testing.assert_allclose(
-        fragment_similarity(query, document, 4), [[5 / math.sqrt(26), 0.5]], atol=1e-6
+        fragment_normalize(query, 4) @ fragment_normalize(document, 4).T,
+        [[5 / math.sqrt(26), 0.5]],
+        atol=1e-6,
     )
     rng = torch.Generator().manual_seed(0)
     a, b = torch.randn(3, 12, generator=rng), torch.randn(5, 12, generator=rng)
@@ -41,7 +47,9 @@ def test_fragment_similarity_is_the_mean_of_fragment_cosines() -> None:
             ]).mean() for j in range(5)
         ]) for i in range(3)
     ])
-    np.testing.assert_allclose(fragment_similarity(a, b, 3), loops, atol=1e-6)
+    np.testing.assert_allclose(
+        fragment_normalize(a, 3) @ fragment_normalize(b, 3).T, loops, atol=1e-6
+    )
     with pytest.raises(ValueError, match="divisor"):
         fragment_normalize(a, 5)
 

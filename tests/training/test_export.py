@@ -28,9 +28,9 @@ from training import export
 from training.data.clinc import load_clinc150
 from training.data.dataset import DatasetSplits
 from training.data.registry import data_dir
-from training.encoder import FrozenEncoder
 from training.errors import FractalError
 from training.export import export_bundle, export_identity_bundle, identity_prefix_dims
+from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
 
 TOLERANCE = 1e-4

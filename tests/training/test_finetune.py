@@ -13,13 +13,13 @@ import torch
 from bundle import load_bundle
 from training.cli import main
 from training.data.registry import load_dataset
-from training.encoder import FrozenEncoder
 from training.errors import FractalError
 from training.export import ONNX_TOLERANCE
 from training.finetune import FinetuneConfig, align_layers, balanced_batches, finetune
 from training.finetune_job import run_finetune
-from training.pipeline import DataConfig
-from training.token_model import TokenEncoder, transformer_layers
+from training.frozen_encoder import FrozenEncoder
+from training.prepared_data import DataConfig
+from training.token_encoder import TokenEncoder, transformer_layers
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

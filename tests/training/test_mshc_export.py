@@ -23,8 +23,8 @@ from bundle import (
 )
 from tests.service.bundles import CHECK_TEXTS, encoder, mshc_bundle, small_mshc, torch_from
 from training.errors import FractalError
-from training.objectives.mshc.export import export_mshc_bundle
-from training.objectives.mshc.pq import ProductQuantizer
+from training.mshc.export import export_mshc_bundle
+from training.mshc.pq import ProductQuantizer
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,15 @@ import torch
 
 from index.kinds import pq_from_codebooks
 from training.head import FractalHead
-from training.objectives.mshc.baselines import baselines, binary, scalar_int8
-from training.objectives.mshc.fsq import FiniteScalarQuantizer, round_straight_through
-from training.objectives.mshc.kd import distillation_loss
-from training.objectives.mshc.mrl import WeightedMRLLoss, paper_weights
-from training.objectives.mshc.pipeline import MSHCConfig
-from training.objectives.mshc.pq import ProductQuantizer
-from training.objectives.mshc.residual_vq import train_residual_vq
-from training.objectives.mshc.sae import sae_loss, train_sae, zero_fraction
-from training.objectives.mshc.vq import (
+from training.mshc.baselines import baselines, binary, scalar_int8
+from training.mshc.fsq import FiniteScalarQuantizer, round_straight_through
+from training.mshc.kd import distillation_loss
+from training.mshc.mrl import WeightedMRLLoss, paper_weights
+from training.mshc.pipeline import MSHCConfig
+from training.mshc.pq import ProductQuantizer
+from training.mshc.residual_vq import train_residual_vq
+from training.mshc.sae import sae_loss, train_sae, zero_fraction
+from training.mshc.vq import (
     SoftToHardVQ,
     annealed_temperature,
     soft_assignment,

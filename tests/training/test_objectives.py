@@ -16,6 +16,11 @@ from training.objectives.mrl import mrl_schedule
 from training.objectives.no_prefix import no_prefix_schedule
 from training.objectives.uhmt import uhmt_schedule
 from training.objectives.v5 import v5_schedule
+from training.train_config import HEAD_OBJECTIVES
+
+
+def test_the_torch_free_objective_names_are_the_losses_names() -> None:
+    assert tuple(OBJECTIVES) == HEAD_OBJECTIVES
 
 
 def test_v5_schedule_is_the_papers_alphas_for_two_levels() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +14,9 @@ import pytest
 from bundle import ENCODER_FILE, MANIFEST_FILE, load_bundle
 from tests.service.bundles import v5_bundle
 from training import quantize
+from training.bundle_embeddings import onnx_embeddings
 from training.cli import main
 from training.errors import FractalError
-from training.export import onnx_embeddings
 from training.quantize import MIN_MEAN_COSINE, Quantisation, quantize_bundle, row_cosines
 
 TEXTS = [
@@ -56,17 +58,17 @@ def test_the_twin_is_a_verified_bundle_with_an_int8_encoder(source: Path, quanti
         fp32.dim, fp32.prefix_dims, fp32.granularity
     )
     quantization = int8.quantization
-    assert quantization["weight_type"] == "QInt8" and quantization["per_channel"] is True
-    assert quantization["source_bundle_hash"] == fp32.content_hash
-    assert quantization["cosine_to_fp32"]["texts"] == len(TEXTS)
+    assert quantization.weight_type == "QInt8" and quantization.per_channel is True
+    assert quantization.source_bundle_hash == fp32.content_hash
+    assert quantization.cosine_to_fp32.texts == len(TEXTS)
 
 
 def test_recorded_cosines_are_those_of_the_two_graphs(source: Path, quantized: Path) -> None:
     cosines = row_cosines(onnx_embeddings(source, TEXTS), onnx_embeddings(quantized, TEXTS))
-    recorded = load_bundle(quantized).quantization["cosine_to_fp32"]
-    assert recorded["mean"] == pytest.approx(float(cosines.mean()), abs=1e-5)
-    assert recorded["min"] == pytest.approx(float(cosines.min()), abs=1e-5)
-    assert MIN_MEAN_COSINE <= recorded["min"] <= recorded["mean"] < 1.0  # close, not identical
+    recorded = load_bundle(quantized).quantization.cosine_to_fp32
+    assert recorded.mean == pytest.approx(float(cosines.mean()), abs=1e-5)
+    assert recorded.min == pytest.approx(float(cosines.min()), abs=1e-5)
+    assert MIN_MEAN_COSINE <= recorded.min <= recorded.mean < 1.0  # close, not identical
 
 
 def test_row_cosines() -> None:
@@ -134,6 +136,18 @@ def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["quantize", str(source), "--out", str(out), "--check-texts", "40"]) == 0
     printed = capsys.readouterr().out
     assert f"bundle: {out}" in printed and "cosine to fp32 on 40 clinc150 texts" in printed
-    assert load_bundle(out).quantization["cosine_to_fp32"]["texts"] == 40
+    assert load_bundle(out).quantization.cosine_to_fp32.texts == 40
     assert main(["quantize", str(source), "--out", str(out)]) == 2
     assert "is not empty (pass --overwrite)" in capsys.readouterr().err
+
+
+def test_cli_runs_without_torch(source: Path, tmp_path: Path) -> None:
+    """``fractal quantize`` needs ONNX Runtime and the bundle format, never torch."""
+    argv = ["quantize", str(source), "--out", str(tmp_path / "int8"), "--check-texts", "6"]
+    code = (
+        "import sys; from training.cli import main; "
+        f"sys.exit(main({argv!r}) or 3 * ('torch' in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
+    assert result.returncode == 0
+    assert load_bundle(tmp_path / "int8").quantization.cosine_to_fp32.texts == 6

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from training.errors import FractalError
-from training.pipeline import PreparedData, evaluate_head, train
-from training.trainer import TrainConfig, train_head
+from training.head_job import evaluate_head, train
+from training.prepared_data import PreparedData
+from training.train_config import TrainConfig
+from training.trainer import train_head
 
 FAST = TrainConfig(epochs=3, learning_rate=1e-3, batch_size=32)
 

@@ -18,7 +18,7 @@ from scipy import stats
 from torch import nn
 
 from training.evaluation.knn import nearest_neighbours, normalize_prefix
-from training.objectives.mshc.fitting import fit
+from training.fitting import fit
 
 MRR_CUTOFF = 10
 

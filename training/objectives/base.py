@@ -35,13 +35,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.head import FractalHead, normalized_prefix
+from training.objectives.tensors import normalized_prefix
+
+
+class PrefixHead(Protocol):
+    """What a loss needs of the head it trains (``training.head.FractalHead`` is one): the
+    projection, one classifier per level, and class scores read from a prefix."""
+
+    projection: nn.Linear
+    classifiers: nn.ModuleList
+
+    def logits(self, embedding: torch.Tensor, level: int, prefix_dim: int) -> torch.Tensor: ...
+
 
 PAPER_PREFIX_PROBS = (0.4, 0.3, 0.2, 0.1)
 PAPER_BLOCK_KEEP = (0.95, 0.9, 0.8, 0.7)
@@ -140,7 +152,7 @@ class PrefixSupervisionLoss(nn.Module):
 
     def __init__(
         self,
-        head: FractalHead,
+        head: PrefixHead,
         prefix_dims: Sequence[int],
         *,
         prefix_probs: Sequence[float] = PAPER_PREFIX_PROBS,

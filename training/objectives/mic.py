@@ -45,9 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.encoder import pool
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
-from training.token_model import TokenStates
+from training.objectives.tensors import TokenStates, pool
 
 PAPER_GAMMA = 0.6
 PAPER_TAU_CORR = 0.1

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
-from training.token_model import TokenStates
+from training.objectives.tensors import TokenStates
 
 PAPER_ALPHA = 0.4
 PAPER_TEMPERATURE = 0.05

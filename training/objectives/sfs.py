@@ -44,13 +44,6 @@ def fragment_normalize(embedding: torch.Tensor, fragment_dim: int) -> torch.Tens
     return fragments.reshape(rows, dim) / math.sqrt(dim // fragment_dim)
 
 
-def fragment_similarity(
-    queries: torch.Tensor, documents: torch.Tensor, fragment_dim: int
-) -> torch.Tensor:
-    """``S_frag`` of every query row against every document row, ``[n_queries, n_documents]``."""
-    return fragment_normalize(queries, fragment_dim) @ fragment_normalize(documents, fragment_dim).T
-
-
 class SFSLoss(nn.Module):
     """Supervised InfoNCE over ``S_frag / τ`` of the full embedding (same label = positive)."""
 

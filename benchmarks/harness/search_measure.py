@@ -1,4 +1,4 @@
-"""Timing, recall and the machine header shared by the search benchmarks.
+"""Timing and recall shared by the search benchmarks.
 
 Latency is measured round-robin: every round runs each configuration over all queries in turn,
 so a change in the machine's load during the run hits all configurations alike and the ratios
@@ -8,13 +8,9 @@ between them stay fair. Single-query latency times one ``search`` call per query
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import faiss
 import numpy as np
@@ -106,29 +102,3 @@ def first_reaching(
     """
     reaching = [row for row in rows if row[recall] >= target]
     return min(reaching, key=lambda row: row[knob]) if reaching else None
-
-
-def _cpu_model() -> str:
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown"
-    for line in lines.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def machine_header(threads: int) -> dict:
-    """The machine, its load now, the library versions and the FAISS thread count."""
-    return {
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_model": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "load_average_1_5_15_min_at_start": [round(x, 2) for x in os.getloadavg()],
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "faiss": faiss.__version__,
-        "faiss_threads": threads,
-    }

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import nn
 
-from training.objectives.mshc.fitting import fit
+from training.fitting import fit
 
 
 def round_straight_through(z: torch.Tensor) -> torch.Tensor:

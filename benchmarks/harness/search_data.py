@@ -3,8 +3,8 @@
 - **Real**: a trained head's 256-d embeddings (V5, or MRL for comparison) of every distinct
   sentence in the data folder (CLINC-150 train/val/test and out-of-scope rows, the CLINC Wikipedia
   sentences, Banking77 train/test). The frozen features are cached on disk by
-  :func:`training.encoder.cached_features`; the head is trained with the project's defaults on the
-  CLINC-150 training subsample.
+  :func:`training.frozen_encoder.cached_features`; the head is trained with the project's
+  defaults on the CLINC-150 training subsample.
 - **Synthetic**: vectors drawn from a :class:`GaussianMixture` fitted to the real embeddings:
   k-means cluster means and weights, plus one within-cluster covariance shared by all clusters
   (full 256×256). Every prefix of a draw then has the real prefix's mean and covariance, both
@@ -70,9 +70,11 @@ def head_embeddings(
     import torch
 
     from training.data.registry import data_dir
-    from training.encoder import FrozenEncoder, cached_features
-    from training.pipeline import DataConfig, prepare_data, train
-    from training.trainer import TrainConfig, embed_features
+    from training.frozen_encoder import FrozenEncoder, cached_features
+    from training.head_job import train
+    from training.prepared_data import DataConfig, prepare_data
+    from training.train_config import TrainConfig
+    from training.trainer import embed_features
 
     torch.set_num_threads(1)
     encoder = FrozenEncoder()

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from bundle import POOLING_MODES
 from training.errors import FractalError
+from training.objectives.tensors import pool
 
 
 def default_model_dir() -> Path:
@@ -93,14 +94,6 @@ def _fingerprint(model_dir: Path) -> str:
                 handle.seek(-(1 << 20), os.SEEK_END)
                 digest.update(handle.read())
     return digest.hexdigest()[:16]
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """One vector per sequence: the masked mean of token states, or the first token's state."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
 class FrozenEncoder:

@@ -20,32 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.encoder import FrozenEncoder, pool
 from training.errors import FractalError
-
-
-@dataclass
-class TokenStates:
-    """What one forward pass gives the objectives.
-
-    ``layers[k]`` holds layer ``k``'s token states ``[batch, tokens, width]`` for ``k = 1..L``
-    (``layers[0]`` is the embedding layer); the last one is projected (width ``dim``), the others
-    are the backbone's (width ``hidden``). ``None`` when training on cached pooled features.
-    With a frozen backbone (cached states, :class:`CachedTokenStates`) the frozen layers' entries
-    are ``None`` and ``frozen_pooled[k]`` holds their pooled states ``[batch, hidden]`` instead.
-    ``embedding`` is the pooled, projected, unnormalised output ``[batch, dim]``.
-    """
-
-    embedding: torch.Tensor
-    layers: tuple[torch.Tensor | None, ...] | None = None
-    attention_mask: torch.Tensor | None = None
-    frozen_pooled: torch.Tensor | None = None
-
-    def pooled(self, layer: int, dim: int, pooling: str) -> torch.Tensor:
-        """The pooled first ``dim`` coordinates of layer ``layer``'s states ``[batch, dim]``."""
-        if self.layers[layer] is None:
-            return self.frozen_pooled[:, layer, :dim]
-        return pool(self.layers[layer][..., :dim], self.attention_mask, pooling)
+from training.frozen_encoder import FrozenEncoder
+from training.objectives.tensors import TokenStates, pool
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.objectives.mshc.fitting import fit
+from training.fitting import fit
 
 PAPER_TEMPERATURE = 2.0
 PAPER_ALPHA = 0.7

@@ -31,8 +31,8 @@ from training.evaluation.compression import (
     unit_rows,
 )
 from training.evaluation.knn import knn_accuracy_table
-from training.objectives.mshc.baselines import baselines
-from training.objectives.mshc.pipeline import (
+from training.mshc.baselines import baselines
+from training.mshc.pipeline import (
     STAGES,
     MSHCConfig,
     MSHCModel,
@@ -40,10 +40,10 @@ from training.objectives.mshc.pipeline import (
     train_mshc,
     train_quantizer,
 )
-from training.objectives.mshc.pq import ProductQuantizer
-from training.objectives.mshc.sae import zero_fraction
-from training.objectives.mshc.vq import SoftToHardVQ
-from training.pipeline import PreparedData
+from training.mshc.pq import ProductQuantizer
+from training.mshc.sae import zero_fraction
+from training.mshc.vq import SoftToHardVQ
+from training.prepared_data import PreparedData
 
 FLOAT_BYTES = 4
 SHORTLISTS = (50, 100)

@@ -1,5 +1,7 @@
-"""The one training loop every learned MSHC stage uses: Adam over shuffled mini-batches with
-gradient clipping at 1.0 (the paper's Table 8), for a fixed number of epochs."""
+"""The one small training loop shared by every learned MSHC stage (:mod:`training.mshc`) and the
+fine-tuning recovery adapter (:mod:`training.evaluation.compression`): Adam over shuffled
+mini-batches with gradient clipping at 1.0 (the MSHC paper's Table 8), for a fixed number of
+epochs."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.objectives.mshc.fitting import fit
+from training.fitting import fit
 
 PAPER_CODEBOOK_SIZE = 256
 PAPER_TAU_START = 1.0

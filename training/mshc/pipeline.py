@@ -20,20 +20,20 @@ import numpy as np
 import torch
 from torch import nn
 
+from training.fitting import fit
 from training.head import FractalHead
-from training.objectives.mshc.fitting import fit
-from training.objectives.mshc.fsq import FiniteScalarQuantizer, train_fsq
-from training.objectives.mshc.kd import PAPER_ALPHA, PAPER_TEMPERATURE, distil
-from training.objectives.mshc.mrl import MSHC_PREFIX_DIMS, WeightedMRLLoss, paper_weights
-from training.objectives.mshc.pq import PAPER_M, PAPER_NBITS, ProductQuantizer
-from training.objectives.mshc.residual_vq import ResidualVQ, train_residual_vq
-from training.objectives.mshc.sae import (
+from training.mshc.fsq import FiniteScalarQuantizer, train_fsq
+from training.mshc.kd import PAPER_ALPHA, PAPER_TEMPERATURE, distil
+from training.mshc.mrl import MSHC_PREFIX_DIMS, WeightedMRLLoss, paper_weights
+from training.mshc.pq import PAPER_M, PAPER_NBITS, ProductQuantizer
+from training.mshc.residual_vq import ResidualVQ, train_residual_vq
+from training.mshc.sae import (
     PAPER_CODE_DIM,
     PAPER_SPARSITY,
     SparseAutoencoder,
     train_sae,
 )
-from training.objectives.mshc.vq import PAPER_EPOCHS, SoftToHardVQ, train_vq
+from training.mshc.vq import PAPER_EPOCHS, SoftToHardVQ, train_vq
 
 STAGES = ("mrl", "vq", "pq", "sae", "kd")
 QUANTIZERS = ("vq", "rvq", "fsq")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from training.objectives.mshc.fitting import fit
+from training.fitting import fit
 
 PAPER_HIDDEN = 512
 PAPER_CODE_DIM = 32

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from training.objectives.mshc.vq import PAPER_CODEBOOK_SIZE, SoftToHardVQ
+from training.mshc.vq import PAPER_CODEBOOK_SIZE, SoftToHardVQ
 
 
 class ResidualVQ(nn.Module):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from training.objectives.mshc.pq import PAPER_M, PAPER_NBITS, ProductQuantizer
+from training.mshc.pq import PAPER_M, PAPER_NBITS, ProductQuantizer
 
 Baseline = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
 FLOAT_BYTES = 4

@@ -12,45 +12,56 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
-from bundle import COARSE, EMBEDDING, FINE, PQ_CODEBOOKS_FILE, SAE_CODE, SAE_FILE, Manifest
+from bundle import (
+    COARSE,
+    EMBEDDING,
+    FINE,
+    PQ_CODEBOOKS_FILE,
+    SAE_CODE,
+    SAE_FILE,
+    Compression,
+    Manifest,
+    PQPart,
+    SAEPart,
+)
+from training.bundle_embeddings import cpu_session
 from training.data.dataset import LabelHierarchy
-from training.encoder import FrozenEncoder
 from training.errors import FractalError
-from training.export import ONNX_TOLERANCE, _export_onnx, export_bundle
-from training.objectives.mshc.pipeline import MSHCModel
-from training.objectives.mshc.pq import ProductQuantizer
+from training.export import export_bundle, export_onnx, max_abs_diff
+from training.frozen_encoder import FrozenEncoder
+from training.mshc.pipeline import MSHCModel
+from training.mshc.pq import ProductQuantizer
 
 FLOAT_BYTES = 4
 
 
-def compression_manifest(model: MSHCModel, pq: ProductQuantizer) -> dict:
+def compression_manifest(model: MSHCModel, pq: ProductQuantizer) -> Compression:
     """The manifest's ``compression`` entry for ``model`` and the served ``pq``."""
     config = model.config
-    return {
-        "pq": {
-            "file": PQ_CODEBOOKS_FILE,
-            "dim": pq.dim,
-            "m": pq.m,
-            "nbits": pq.nbits,
-            "shape": list(pq.codebooks.shape),
-            "bytes_per_vector": pq.bytes_per_vector(),
-        },
-        "sae": {
-            "file": SAE_FILE,
-            "input_dim": config.coarse_dim,
-            "output_dim": config.code_dim,
-            "bytes_per_vector": FLOAT_BYTES * config.code_dim,
-        },
-    }
+    return Compression(
+        pq=PQPart(
+            file=PQ_CODEBOOKS_FILE,
+            dim=pq.dim,
+            m=pq.m,
+            nbits=pq.nbits,
+            shape=tuple(pq.codebooks.shape),
+            bytes_per_vector=pq.bytes_per_vector(),
+        ),
+        sae=SAEPart(
+            file=SAE_FILE,
+            input_dim=config.coarse_dim,
+            output_dim=config.code_dim,
+            bytes_per_vector=FLOAT_BYTES * config.code_dim,
+        ),
+    )
 
 
 def _write_sae(folder: Path, model: MSHCModel, check_features: np.ndarray) -> Path:
     path = folder / SAE_FILE
     student = copy.deepcopy(model.student).cpu().eval()
-    _export_onnx(
+    export_onnx(
         student,
         (torch.zeros(2, model.config.coarse_dim),),
         path,
@@ -61,11 +72,8 @@ def _write_sae(folder: Path, model: MSHCModel, check_features: np.ndarray) -> Pa
     coarse = model.coarse(torch.from_numpy(np.asarray(check_features, np.float32)))
     with torch.inference_mode():
         expected = student(coarse).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run([SAE_CODE], {EMBEDDING: coarse.numpy()})[0]
-    diff = float(np.abs(got - expected).max())
-    if not diff <= ONNX_TOLERANCE:
-        raise FractalError(f"ONNX export check failed: {SAE_FILE} differs from torch by {diff:.3g}")
+    got = cpu_session(path).run([SAE_CODE], {EMBEDDING: coarse.numpy()})[0]
+    max_abs_diff(SAE_FILE, got, expected)
     return path
 
 

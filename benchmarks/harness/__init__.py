@@ -1,0 +1,11 @@
+"""What the benchmarks share; nothing here is a benchmark.
+
+- :mod:`~benchmarks.harness.runner`: command line, progress lines, results files;
+- :mod:`~benchmarks.harness.machine`: the machine section of every results file;
+- :mod:`~benchmarks.harness.markdown`: tables, bullet lists, speed-ups in words;
+- :mod:`~benchmarks.harness.search_data`, :mod:`~benchmarks.harness.search_measure`: vectors,
+  timing and recall for the search benchmarks;
+- :mod:`~benchmarks.harness.encoder_variants`: fused and int8 variants of a bundle's encoder;
+- :mod:`~benchmarks.harness.live_load`: a corpus and load cells for the live service;
+- :mod:`~benchmarks.harness.clinc_documents`: CLINC-150 utterances as service documents.
+"""

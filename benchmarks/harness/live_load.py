@@ -1,0 +1,244 @@
+"""Load on the live service: its corpus, its ingest, and one load cell.
+
+Corpus: every distinct sentence of the data folder (:func:`benchmarks.harness.search_data.
+real_sentences`) except the query texts, topped up to ``documents`` with *composed* documents,
+each two distinct random sentences of the corpus joined by a space (seeded; all texts distinct).
+Queries: CLINC-150 in-scope test utterances, held out of the corpus.
+
+A cell keeps ``concurrency`` requests of one workload in flight from one asyncio client, each
+worker sending its next request as soon as the last one is answered, until ``requests`` are sent
+or ``seconds`` pass, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from tqdm import tqdm
+
+from benchmarks.harness.runner import DEFAULT_BUNDLE, bundle_folder, option
+from benchmarks.harness.search_data import real_sentences
+from support.client import FractalClient
+from training.data.registry import data_dir
+
+MS = 1000.0
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The corpus, its ingest and the load cells; a load benchmark's ``Settings`` extends it."""
+
+    documents: int = option(100_000, "corpus size")
+    queries: int = 2_000
+    """Query texts, held out of the corpus."""
+    concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    """Requests in flight at once: one cell per value."""
+    requests_per_cell: int = 2_000
+    seconds_per_cell: float = option(15.0, "time bound of a cell")
+    warmup_requests: int = 32
+    """Untimed requests before each cell."""
+    k: int = 10
+    ingest_batch: int = 128
+    ingest_clients: int = 2
+    """``POST /documents`` batches in flight at once."""
+    seed: int = 0
+    bundle: Path = option(DEFAULT_BUNDLE, "bundle folder", parse=bundle_folder)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One kind of request: its method, path, and how a query text (and k) becomes its
+    arguments."""
+
+    name: str
+    method: str
+    path: str
+    arguments: Callable[[str, int], dict]
+
+    @property
+    def is_search(self) -> bool:
+        return self.path == "/search"
+
+
+def _search_params(granularity: str, rerank: str) -> Callable[[str, int], dict]:
+    def arguments(query: str, k: int) -> dict:
+        params = {"q": query, "k": k, "granularity": granularity, "index": "hnsw"}
+        return {"params": params | {"rerank": rerank}}
+
+    return arguments
+
+
+WORKLOADS = (
+    Workload("embed", "POST", "/embed", lambda query, _: {"json": {"texts": [query]}}),
+    Workload("coarse", "GET", "/search", _search_params("coarse", "none")),
+    Workload("fine", "GET", "/search", _search_params("fine", "none")),
+    Workload("c2f", "GET", "/search", _search_params("fine", "c2f")),
+)
+
+
+def corpus(settings: LoadSettings) -> tuple[list[str], list[str], list[str], dict]:
+    """``(documents, their sources, queries, description)``; see the module docstring."""
+    folder = data_dir()
+    clinc = json.loads((folder / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
+    rng = np.random.default_rng(settings.seed)
+    test_texts = list(dict.fromkeys(text for text, _ in clinc["test"]))
+    if settings.queries > len(test_texts):
+        raise SystemExit(f"--queries: at most {len(test_texts)} CLINC-150 test utterances")
+    picked = rng.choice(len(test_texts), settings.queries, replace=False)
+    queries = [test_texts[i] for i in picked]
+    held_out = set(queries)
+    texts, sources = [], []
+    for source, sentences in real_sentences(folder).items():
+        kept = [text for text in sentences if text not in held_out]
+        texts += kept
+        sources += [source] * len(kept)
+    order = rng.permutation(len(texts))[: settings.documents]
+    texts, sources = [texts[i] for i in order], [sources[i] for i in order]
+    real = len(texts)
+    seen = set(texts) | held_out
+    while len(texts) < settings.documents:
+        first, second = rng.choice(real, 2, replace=False)
+        text = f"{texts[first]} {texts[second]}"
+        if text not in seen:
+            seen.add(text)
+            texts.append(text)
+            sources.append("composed")
+    description = {
+        "documents": len(texts),
+        "real_sentences": real,
+        "composed_documents": len(texts) - real,
+        "by_source": dict(Counter(sources)),
+        "queries": f"{len(queries)} CLINC-150 in-scope test utterances, held out of the corpus",
+    }
+    return texts, sources, queries, description
+
+
+def ingest(
+    base_url: str,
+    texts: Sequence[str],
+    sources: Sequence[str],
+    batch_size: int,
+    concurrency: int,
+    progress: bool,
+) -> None:
+    """``POST /documents`` in batches, ``concurrency`` batches in flight; ids ``doc-0000000``…
+    and metadata ``source``."""
+    documents = [
+        {"id": f"doc-{i:07d}", "text": text, "metadata": {"source": source}}
+        for i, (text, source) in enumerate(zip(texts, sources, strict=True))
+    ]
+    with (
+        tqdm(total=len(texts), desc="ingest", unit="doc", disable=not progress) as bar,
+        FractalClient(base_url, timeout_s=600) as client,
+    ):
+        client.add_documents(
+            documents, batch_size=batch_size, concurrency=concurrency, progress=bar.update
+        )
+
+
+async def run_cell(
+    client: httpx.AsyncClient,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    requests: int,
+    seconds: float,
+    offset: int,
+    k: int,
+) -> dict:
+    """Keep ``concurrency`` requests in flight until ``requests`` are sent or ``seconds`` pass;
+    the cell's counts, QPS, client CPU share, latency percentiles and, for searches, the
+    service's median stage timings."""
+    loop = asyncio.get_running_loop()
+    counter = itertools.count()
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    server: list[dict] = []
+    started = loop.time()
+    deadline = started + seconds
+
+    async def worker() -> None:
+        while loop.time() < deadline and (i := next(counter)) < requests:
+            query = queries[(offset + i) % len(queries)]
+            sent = loop.time()
+            try:
+                response = await client.request(
+                    workload.method, workload.path, **workload.arguments(query, k)
+                )
+            except httpx.HTTPError as error:
+                outcomes[type(error).__name__] += 1
+                continue
+            outcomes[str(response.status_code)] += 1
+            if response.status_code == 200:
+                latencies.append(loop.time() - sent)
+                if workload.is_search:
+                    server.append(response.json()["timings_ms"])
+
+    cpu = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = loop.time() - started
+    ms = np.asarray(latencies) * MS
+    row = {
+        "workload": workload.name,
+        "concurrency": concurrency,
+        "requests": sum(outcomes.values()),
+        "ok": len(latencies),
+        "failed": sum(outcomes.values()) - len(latencies),
+        "outcomes": dict(outcomes),
+        "seconds": elapsed,
+        "qps": len(latencies) / elapsed,
+        "client_cpu_share": (time.process_time() - cpu) / elapsed,
+    }
+    for name, q in (("p50_ms", 50), ("p95_ms", 95), ("p99_ms", 99)):
+        row[name] = float(np.percentile(ms, q)) if len(ms) else None
+    if server:
+        row["server_median_ms"] = {
+            stage: float(np.median([timings[stage] for timings in server]))
+            for stage in ("encode", "search", "rerank", "fetch")
+        }
+    return row
+
+
+async def measure_cell(
+    client: httpx.AsyncClient,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    offset: int,
+    settings: LoadSettings,
+) -> dict:
+    """An untimed warm-up cell of ``warmup_requests`` (at most a minute), then the measured
+    cell (:func:`run_cell`)."""
+    cell = (client, workload, queries, concurrency)
+    await run_cell(*cell, settings.warmup_requests, 60.0, offset, settings.k)
+    return await run_cell(
+        *cell, settings.requests_per_cell, settings.seconds_per_cell, offset, settings.k
+    )
+
+
+def concurrency_panels() -> tuple[Figure, Axes, Axes]:
+    """A figure with two panels side by side, for QPS and for latency against concurrency."""
+    figure = Figure(figsize=(11, 4))
+    left, right = figure.subplots(1, 2)
+    return figure, left, right
+
+
+def label_concurrency_panels(left: Axes, right: Axes, latency: str) -> None:
+    """Log-2 concurrency axes, the y labels (``latency`` on the right), grids and legends."""
+    for axis, label in ((left, "requests per second"), (right, latency)):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent requests")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)

@@ -1,0 +1,194 @@
+"""The full unit vectors on disk: one memory-mapped matrix, one row per store row id.
+
+C2F re-ranks a shortlist by gathering its rows from here, and every index is (re)built from here,
+so the full-precision vectors never sit in anonymous memory: the pages are file-backed, and the
+kernel keeps in RAM only those a search touched recently. Rows are float32 (exact re-rank) or
+float16 (half the disk and page cache, cosines within ~1e-3).
+
+The file is derived from the store of record, like the indexes. ``vectors.json`` records the
+state it vouches for: the store's id, the change counter, how many rows, and the sha256 of those
+rows' bytes. On open, a file that matches is mapped and caught up with the store's change log; a
+missing, foreign, stale or corrupted one (its checksum differs) is rebuilt from the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from index.store import Store
+from index.vectors import unit_rows
+
+DATA_FILE = "vectors.f{bits}"
+RECORD_FILE = "vectors.json"
+FORMAT = 1
+DTYPES = {"float32": np.float32, "float16": np.float16}
+MIN_CAPACITY = 1024
+REBUILD_CHUNK = 50_000
+"""Rows read from the store per step of a rebuild: bounded memory at any corpus size."""
+HASH_BLOCK = 64 << 20
+
+
+@dataclass(frozen=True)
+class VectorFileRecord:
+    """What ``vectors.json`` says the data file holds."""
+
+    format: int
+    store_id: str
+    dim: int
+    dtype: str
+    counter: int
+    rows: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class VectorFileRecovery:
+    """How opening went: ``mapped`` (the record matched; ``caught_up`` rows written since) or
+    ``rebuilt`` (and why), and how many rows were written from the store."""
+
+    action: str
+    reason: str | None
+    rows_written: int
+
+
+def _sha256(data: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    raw = data.reshape(-1).view(np.uint8)
+    for start in range(0, len(raw), HASH_BLOCK):
+        digest.update(raw[start : start + HASH_BLOCK])
+    return digest.hexdigest()
+
+
+class VectorFile:
+    """Unit vectors by row id in ``directory``; not thread-safe: the caller locks (reads may
+    run together; :meth:`write` and :meth:`save` need exclusive access)."""
+
+    def __init__(self, directory: Path, dim: int, dtype: str = "float32") -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"full vectors dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
+        self.directory = directory
+        self.dim = dim
+        self.dtype = dtype
+        self._numpy_dtype = np.dtype(DTYPES[dtype])
+        self.path = directory / DATA_FILE.format(bits=self._numpy_dtype.itemsize * 8)
+        self.record_path = directory / RECORD_FILE
+        self._matrix = np.zeros((0, dim), dtype=self._numpy_dtype)
+        self._rows = 0  # one past the highest row id written
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def open(self, store: Store) -> VectorFileRecovery:
+        """Map the file and catch it up with ``store``, or rebuild it from ``store``."""
+        problem = self._check(store)
+        if problem is None:
+            record = self._read_record()
+            assert record is not None
+            changes = store.changes_since(record.counter)
+            added = np.array(changes.added, dtype=np.int64)
+            for start in range(0, len(added), REBUILD_CHUNK):
+                rows = added[start : start + REBUILD_CHUNK]
+                self.write(rows, unit_rows(store.vectors_of(rows)))
+            return VectorFileRecovery("mapped", None, len(added))
+        self._remove()
+        written = 0
+        for rows, vectors in store.iter_vectors(REBUILD_CHUNK):
+            self.write(rows, unit_rows(vectors))
+            written += len(rows)
+        return VectorFileRecovery("rebuilt", problem, written)
+
+    def _read_record(self) -> VectorFileRecord | None:
+        try:
+            return VectorFileRecord(**json.loads(self.record_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _check(self, store: Store) -> str | None:
+        """Why the file on disk cannot be used as it is (None when it can; it is then mapped)."""
+        record = self._read_record()
+        if record is None:
+            return f"no readable {RECORD_FILE}"
+        expected = (FORMAT, store.store_id, self.dim, self.dtype)
+        if (record.format, record.store_id, record.dim, record.dtype) != expected:
+            return f"{RECORD_FILE} describes another store, dim or dtype"
+        if record.counter < store.pruned_through:
+            return "the store's change log no longer reaches back to the file's state"
+        if not self.path.is_file():
+            return f"{self.path.name} is missing"
+        self._map(self.path.stat().st_size // self.row_bytes)
+        if len(self._matrix) < record.rows:
+            return f"{self.path.name} is shorter than the {record.rows:,} rows it should hold"
+        if _sha256(self._matrix[: record.rows]) != record.sha256:
+            return f"{self.path.name} does not match its checksum (corrupted)"
+        self._rows = record.rows
+        return None
+
+    def _remove(self) -> None:
+        self._matrix = np.zeros((0, self.dim), dtype=self._numpy_dtype)
+        self._rows = 0
+        self.record_path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
+
+    # -- the matrix --------------------------------------------------------------------------
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dim * self._numpy_dtype.itemsize
+
+    def _map(self, capacity: int) -> None:
+        """Map ``capacity`` rows of the file (extended with zeros as needed)."""
+        with self.path.open("ab") as file:
+            if file.tell() < capacity * self.row_bytes:
+                file.truncate(capacity * self.row_bytes)
+        self._matrix = (
+            np.memmap(self.path, dtype=self._numpy_dtype, mode="r+", shape=(capacity, self.dim))
+            if capacity
+            else np.zeros((0, self.dim), dtype=self._numpy_dtype)
+        )
+
+    def write(self, rows: np.ndarray, unit_vectors: np.ndarray) -> None:
+        """Store the unit vectors of these row ids (growing the file by doubling)."""
+        if not len(rows):
+            return
+        end = int(rows.max()) + 1
+        if end > len(self._matrix):
+            self._map(max(end, 2 * len(self._matrix), MIN_CAPACITY))
+        self._matrix[rows] = unit_vectors
+        self._rows = max(self._rows, end)
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The unit vectors of these row ids as float32, one row each."""
+        return np.asarray(self._matrix[rows], dtype=np.float32)
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def save(self, counter: int, store_id: str) -> None:
+        """Flush the file and record (atomically) that it reflects the store at ``counter``."""
+        if isinstance(self._matrix, np.memmap):
+            self._matrix.flush()
+        if self.path.is_file():
+            descriptor = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        record = VectorFileRecord(
+            FORMAT, store_id, self.dim, self.dtype, counter, self._rows,
+            _sha256(self._matrix[: self._rows]),
+        )
+        temporary = self.record_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(record), indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, self.record_path)
+
+    def stats(self) -> dict:
+        """The file's dtype and size on disk."""
+        return {
+            "dtype": self.dtype,
+            "file": self.path.name,
+            "bytes_on_disk": len(self._matrix) * self.row_bytes,
+        }

@@ -1,0 +1,131 @@
+"""The tiered layout: full vectors in a memory-mapped file (mapped on restart, caught up from the
+change log, rebuilt when corrupted) and a per-prefix choice of index kinds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import Collection
+
+DIM, COARSE = 32, 8
+
+
+def open_tiered(path: Path, full_dtype: str = "float32") -> Collection:
+    """An HNSW graph at the coarse prefix only; fine queries go through C2F."""
+    return Collection(
+        path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()}, full_dtype=full_dtype
+    )
+
+
+def add(collection: Collection, rng: np.random.Generator, names: list[str]) -> np.ndarray:
+    vectors = rng.standard_normal((len(names), DIM)).astype(np.float32)
+    collection.upsert(names, [f"text of {name}" for name in names], vectors)
+    return vectors
+
+
+def c2f(collection: Collection, queries: np.ndarray) -> list[list[tuple[str, float]]]:
+    hits = collection.search_c2f(queries, 5, COARSE, factor=40, kind="hnsw")
+    return [[(hit.id, hit.score) for hit in row] for row in hits]
+
+
+def exact_top(vectors: np.ndarray, names: list[str], query: np.ndarray, k: int) -> list[str]:
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = unit @ (query / np.linalg.norm(query))
+    return [names[i] for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def test_the_layout_builds_only_the_kinds_it_names(tmp_path: Path, rng: np.random.Generator):
+    collection = open_tiered(tmp_path)
+    names = [f"d{i}" for i in range(300)]
+    vectors = add(collection, rng, names)
+    assert sorted(collection.stats().indexes) == ["cosine-8-hnsw"]
+    with pytest.raises(ValueError, match="no 'exact' index"):
+        collection.search(vectors[:1], 5, DIM, "exact")
+    query = rng.standard_normal(DIM).astype(np.float32)
+    # A shortlist of every document makes C2F exact: the re-rank reads the full vectors' file.
+    hits = collection.search_c2f(query, 5, COARSE, factor=60, kind="hnsw")[0]
+    assert [hit.id for hit in hits] == exact_top(vectors, names, query, 5)
+    collection.close()
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [({16: ("hnsw",)}, "not a served prefix"), ({8: ("hnsw", "ivf")}, "must list some of")],
+)
+def test_a_bad_layout_is_refused(tmp_path: Path, layout: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Collection(tmp_path, DIM, (COARSE, DIM), layout=layout)
+
+
+def test_restart_maps_the_file_and_catches_up_from_the_log(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    collection = open_tiered(tmp_path)
+    add(collection, rng, [f"d{i}" for i in range(200)])
+    collection.snapshot()
+    later = add(collection, rng, [f"late{i}" for i in range(30)])
+    collection.delete(["d0", "d1"])
+    queries = rng.standard_normal((4, DIM)).astype(np.float32)
+    before = c2f(collection, queries)
+    collection.close()  # no snapshot: the 30 late rows are only in the store's change log
+
+    reopened = open_tiered(tmp_path)
+    recovery = reopened.stats().recovery["full_vectors"]
+    assert recovery == {"action": "mapped", "reason": None, "rows_written": 30}
+    assert reopened.stats().documents == 228
+    assert c2f(reopened, queries) == before
+    assert c2f(reopened, later[:1])[0][0][0] == "late0"
+    reopened.snapshot()
+    reopened.close()
+    again = open_tiered(tmp_path)
+    assert again.stats().recovery["full_vectors"]["rows_written"] == 0
+    again.close()
+
+
+def test_a_corrupted_file_is_detected_by_its_checksum_and_rebuilt(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    collection = open_tiered(tmp_path)
+    add(collection, rng, [f"d{i}" for i in range(200)])
+    collection.snapshot()
+    queries = rng.standard_normal((4, DIM)).astype(np.float32)
+    before = c2f(collection, queries)
+    collection.close()
+    data = tmp_path / "vectors.f32"
+    with data.open("r+b") as file:  # one flipped byte in row 50's vector
+        file.seek(50 * DIM * 4 + 7)
+        byte = file.read(1)
+        file.seek(-1, 1)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+    reopened = open_tiered(tmp_path)
+    recovery = reopened.stats().recovery["full_vectors"]
+    assert recovery["action"] == "rebuilt" and "checksum" in recovery["reason"]
+    assert recovery["rows_written"] == 200
+    assert c2f(reopened, queries) == before
+    reopened.close()
+
+
+def test_float16_full_vectors_halve_the_file_and_keep_the_ranking(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    single = open_tiered(tmp_path / "f32")
+    half = open_tiered(tmp_path / "f16", full_dtype="float16")
+    names = [f"d{i}" for i in range(400)]
+    vectors = rng.standard_normal((400, DIM)).astype(np.float32)
+    for collection in (single, half):
+        collection.upsert(names, ["t"] * 400, vectors)
+    queries = rng.standard_normal((8, DIM)).astype(np.float32)
+    for exact, rounded in zip(c2f(single, queries), c2f(half, queries), strict=True):
+        assert [doc_id for doc_id, _ in rounded] == [doc_id for doc_id, _ in exact]
+        np.testing.assert_allclose(
+            [score for _, score in rounded], [score for _, score in exact], atol=2e-3
+        )
+    sizes = {c.stats().full_vectors["dtype"]: c.stats().full_vectors["bytes_on_disk"]
+             for c in (single, half)}
+    assert sizes["float16"] * 2 == sizes["float32"]
+    single.close()
+    half.close()
