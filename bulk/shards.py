@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from bulk.errors import BulkError, where
 from bundle import Manifest
+from index.snapshot import fsync_path
 
 FORMAT_VERSION = 1
 HEADER_KEY = b"fractal.shard"
@@ -64,14 +65,6 @@ def shard_name(number: int) -> str:
     return f"shard-{number:05d}.parquet"
 
 
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def write_shard(
     path: Path,
     header: ShardHeader,
@@ -107,7 +100,7 @@ def write_shard(
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-    _fsync_directory(path.parent)
+    fsync_path(path.parent)
 
 
 def _header(path: Path, schema: pa.Schema) -> ShardHeader:
