@@ -307,7 +307,7 @@ def run_dataset(
         "n": len(base),
         "collection_build_s": collection_build_s,
         "collection_index_bytes": {
-            index: info["bytes"] for index, info in stats["indexes"].items()
+            index: info["bytes"] for index, info in stats.indexes.items()
         },
         "raw_sizes": sizes,
         "rows": rows,

@@ -81,6 +81,9 @@ class CollectionStats:
     and whether the full vectors' file was mapped or rebuilt."""
     full_vectors: dict
     """The full vectors' file: dtype, name and bytes on disk (:meth:`VectorFile.stats`)."""
+    ingest_seconds: dict[str, float]
+    """Time spent by upserts since opening: committing to the store, writing the full vectors,
+    and adding to (and rebuilding) the indexes, i.e. the graph build."""
 
 
 def _check_layout(
@@ -182,6 +185,7 @@ class Collection:
         self._count = self._store.count()
         self._indexes: dict[str, VectorIndex] = {}
         self._recovery: dict = {}
+        self._ingest_seconds = {"store": 0.0, "full_vectors": 0.0, "indexes": 0.0}
         self._applied: int | None = 0
         self._open_indexes()
 
@@ -292,7 +296,9 @@ class Collection:
         spaces = {(spec.scoring, spec.dim) for spec in self._specs.values()}
         mapped = {space: self._map(*space, unit) for space in spaces}
         with self._writer:
+            started = time.perf_counter()
             upserted = self._store.upsert(documents)
+            self._ingest_seconds["store"] += time.perf_counter() - started
             self._applied = None  # until the indexes have caught up; see snapshot()
             rows = np.array(upserted.rows, dtype=np.int64)
             for start in range(0, len(rows), CHUNK):
@@ -300,16 +306,22 @@ class Collection:
                 old = np.array(
                     [row for row in upserted.replaced[chunk] if row is not None], np.int64
                 )
+                started = time.perf_counter()
                 with self._lock.write():
                     self._vectors.write(rows[chunk], unit[chunk])
                     self._count += len(rows[chunk]) - len(old)
+                written = time.perf_counter()
                 for name, spec in self._specs.items():
                     with self._lock.write():
                         index = self._indexes[name]
                         if old.size:
                             index.remove(old)
                         index.add(rows[chunk], mapped[spec.scoring, spec.dim][chunk])
+                self._ingest_seconds["full_vectors"] += written - started
+                self._ingest_seconds["indexes"] += time.perf_counter() - written
+            started = time.perf_counter()
             self._swap_in_replacements()
+            self._ingest_seconds["indexes"] += time.perf_counter() - started
             self._applied = upserted.counter
         return upserted.counter
 
@@ -452,6 +464,7 @@ class Collection:
                 },
                 recovery=self._recovery,
                 full_vectors=self._vectors.stats(),
+                ingest_seconds=dict(self._ingest_seconds),
             )
 
     # -- persistence -----------------------------------------------------------------------

@@ -6,11 +6,16 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 ``remove`` need exclusive access, and ``replacement`` only reads (it may run beside searches).
 
 - ``exact``: ``IndexFlatIP``; removal is physical.
-- ``hnsw``: ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT``. HNSW cannot remove a node, so a
-  removed id becomes a tombstone: it stays in the graph (still useful for navigating) and searches
-  exclude it with an ``IDSelector`` inside the graph walk, so a search still returns ``k`` live
-  results without over-fetching. Once tombstones pass ``max_deleted_fraction`` of the graph,
-  :meth:`HnswIndex.replacement` builds a fresh graph from the live vectors.
+- ``hnsw``: an HNSW graph with ``METRIC_INNER_PRODUCT`` over float32 vectors (``IndexHNSWFlat``,
+  storage ``flat``) or over 8-bit scalar-quantised codes (``IndexHNSWSQ``, storage ``sq8``: a
+  quarter of the vector bytes). SQ8 learns each coordinate's range, so until ``sq_train_size``
+  vectors exist the graph stores float32 (``stats`` says ``"trained": False``) and
+  :meth:`HnswIndex.replacement` then trains on every vector present and builds the SQ8 graph.
+  HNSW cannot remove a node, so a removed id becomes a tombstone: it stays in the graph (still
+  useful for navigating) and searches exclude it with an ``IDSelector`` inside the graph walk, so a
+  search still returns ``k`` live results without over-fetching. Once tombstones pass
+  ``max_deleted_fraction`` of the graph, :meth:`HnswIndex.replacement` builds a fresh graph from
+  the live vectors.
 - ``pq``: ``IndexPQ`` (``m`` sub-quantizers of ``nbits`` bits each). A codebook needs training
   data, so until ``train_size`` vectors exist the index is an exact flat index (``stats`` says
   ``"trained": False``); :meth:`PqIndex.replacement` then trains once on every vector present and
@@ -18,7 +23,7 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   MSHC bundle's), the index is trained from the start with exactly those centroids.
 
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
-``4 · dim`` for float32 storage, the PQ code size once trained.
+``4 · dim`` for float32 storage, ``dim`` for SQ8, the PQ code size once trained.
 """
 
 from __future__ import annotations
@@ -31,20 +36,31 @@ import faiss
 import numpy as np
 
 KINDS = ("exact", "hnsw", "pq")
+HNSW_STORAGES = ("flat", "sq8")
 
 
 @dataclass(frozen=True)
 class HnswParams:
-    """Graph degree ``m``, build and search beam widths, and the tombstone rebuild threshold."""
+    """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, and
+    how the graph stores vectors (``flat`` float32 or ``sq8`` codes, trained once
+    ``sq_train_size`` vectors exist)."""
 
     m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
     max_deleted_fraction: float = 0.2
+    storage: str = "flat"
+    sq_train_size: int = 10_000
 
     def __post_init__(self) -> None:
-        if min(self.m, self.ef_construction, self.ef_search) < 1:
-            raise ValueError(f"HNSW m, ef_construction and ef_search must be >= 1, got {self}")
+        if min(self.m, self.ef_construction, self.ef_search, self.sq_train_size) < 1:
+            raise ValueError(
+                f"HNSW m, ef_construction, ef_search and sq_train_size must be >= 1, got {self}"
+            )
+        if self.storage not in HNSW_STORAGES:
+            raise ValueError(
+                f"HNSW storage must be one of {', '.join(HNSW_STORAGES)}, got {self.storage!r}"
+            )
         if not 0.0 < self.max_deleted_fraction < 1.0:
             raise ValueError(
                 f"HNSW max_deleted_fraction must be in (0, 1), got {self.max_deleted_fraction}"
@@ -96,13 +112,29 @@ def pq_from_codebooks(codebooks: np.ndarray) -> faiss.IndexPQ:
 
 
 def _flat_contents(index: faiss.IndexIDMap2) -> tuple[np.ndarray, np.ndarray]:
-    """The ids and stored vectors of an ID-mapped ``IndexFlat`` or ``IndexHNSWFlat``."""
+    """The ids and stored vectors of an ID-mapped ``IndexFlat`` or HNSW graph (SQ8 codes come
+    back decoded)."""
     inner = faiss.downcast_index(index.index)
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    if isinstance(inner, faiss.IndexHNSWSQ):
+        return ids, inner.storage.reconstruct_n(0, inner.ntotal)
     if isinstance(inner, faiss.IndexHNSWFlat):
         inner = faiss.downcast_index(inner.storage)
-    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
     vectors = faiss.vector_to_array(inner.codes).view(np.float32).reshape(-1, index.d)
     return ids, vectors
+
+
+def _hnsw_graph(dim: int, params: HnswParams, training: np.ndarray | None) -> faiss.IndexHNSW:
+    """An empty graph: float32 storage, or SQ8 trained on ``training`` when that is given."""
+    if training is None:
+        graph = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+    else:
+        graph = faiss.IndexHNSWSQ(
+            dim, faiss.ScalarQuantizer.QT_8bit, params.m, faiss.METRIC_INNER_PRODUCT
+        )
+        graph.train(training)
+    graph.hnsw.efConstruction = params.ef_construction
+    return graph
 
 
 class VectorIndex:
@@ -186,9 +218,7 @@ class HnswIndex(VectorIndex):
         deleted: np.ndarray | None = None,
     ) -> None:
         if index is None:
-            graph = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
-            graph.hnsw.efConstruction = params.ef_construction
-            index = faiss.IndexIDMap2(graph)
+            index = faiss.IndexIDMap2(_hnsw_graph(dim, params, None))
         super().__init__(dim, index)
         self.params = params
         self._deleted: set[int] = set() if deleted is None else {int(i) for i in deleted}
@@ -221,17 +251,52 @@ class HnswIndex(VectorIndex):
             search_params.sel = self._live_selector[0]
         return self._index.search(queries, k, params=search_params)
 
+    @property
+    def trained(self) -> bool:
+        """Whether the graph stores what its params ask for (SQ8 codes need training first)."""
+        quantised = isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
+        return quantised == (self.params.storage == "sq8")
+
     def replacement(self) -> HnswIndex | None:
-        if len(self._deleted) <= self.params.max_deleted_fraction * self._index.ntotal:
+        """A fresh graph of the live vectors when tombstones are due for compaction, or when an
+        SQ8 graph has reached its training size (trained on every live vector)."""
+        compact = len(self._deleted) > self.params.max_deleted_fraction * self._index.ntotal
+        train = not self.trained and len(self) >= self.params.sq_train_size
+        if not (compact or train):
             return None
         ids, vectors = _flat_contents(self._index)
         live = ~np.isin(ids, self.deleted_ids())
-        fresh = HnswIndex(self.dim, self.params)
-        fresh.add(ids[live], np.ascontiguousarray(vectors[live]))
+        vectors = np.ascontiguousarray(vectors[live])
+        training = vectors if self.params.storage == "sq8" and (train or self.trained) else None
+        graph = faiss.IndexIDMap2(_hnsw_graph(self.dim, self.params, training))
+        fresh = HnswIndex(self.dim, self.params, graph)
+        fresh.add(ids[live], vectors)
         return fresh
 
+    def nbytes(self) -> int:
+        """The graph's size from its parts (vector codes, links, levels, id map), not by
+        serialising it: at millions of vectors that would copy gigabytes on every call."""
+        graph = faiss.downcast_index(self._index.index)
+        hnsw = graph.hnsw
+        return (
+            graph.ntotal * self.bytes_per_vector()
+            + 4 * hnsw.neighbors.size()
+            + 4 * hnsw.levels.size()
+            + 8 * hnsw.offsets.size()
+            + 8 * self._index.id_map.size()
+        )
+
+    def bytes_per_vector(self) -> int:
+        quantised = isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
+        return self.dim if quantised else 4 * self.dim
+
     def stats(self) -> dict:
-        return {**super().stats(), "deleted": len(self._deleted), **asdict(self.params)}
+        return {
+            **super().stats(),
+            "deleted": len(self._deleted),
+            "trained": self.trained,
+            **asdict(self.params),
+        }
 
     def save(self, path: Path) -> list[Path]:
         deleted_path = path.with_suffix(".deleted.npy")
@@ -327,7 +392,7 @@ def read_index(
     inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else None
     expected = {
         "exact": (faiss.IndexFlat,),
-        "hnsw": (faiss.IndexHNSWFlat,),
+        "hnsw": (faiss.IndexHNSWFlat, faiss.IndexHNSWSQ),
         "pq": (faiss.IndexFlat, faiss.IndexPQ),
     }[kind]
     if (

@@ -56,7 +56,7 @@ def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.
     The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
     """
     spec = manifest.compression.pq if manifest.compression is not None else None
-    if spec is None or "pq" not in settings.index_kinds:
+    if spec is None or "pq" not in settings.index_kinds + (settings.fine_index_kinds or ()):
         return {}
     path = settings.bundle_dir / spec.file
     try:
@@ -89,6 +89,8 @@ def open_collection(settings: Settings, manifest: Manifest) -> Collection:
             pq=settings.pq,
             fragment_dim=fragment_dim,
             pq_codebooks=bundle_pq_codebooks(settings, manifest),
+            layout=settings.index_layout(manifest.coarse_dim, manifest.fine_dim),
+            full_dtype=settings.full_vectors_dtype,
         )
     except (OSError, ValueError) as exc:
         raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc

@@ -5,7 +5,9 @@ re-ranking and the scoring. ``granularity=auto`` is decided per query by
 :class:`service.granularity.GranularityRouter`. ``rerank=c2f`` answers at the full dimension: a
 shortlist of ``k × c2f_factor`` from the coarse prefix's index, re-ranked exactly by full-vector
 cosine (:meth:`index.Collection.search_c2f`); a query that auto routes to coarse is answered at
-the coarse prefix without re-ranking, and its route says so.
+the coarse prefix without re-ranking, and its route says so. Where the layout builds no index of
+the requested kind at the fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on
+disk), a fine query is answered by C2F over the coarse prefix's index, and its route says so.
 
 Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a thread.
 """
@@ -96,7 +98,9 @@ class Searcher:
         self.default_k = settings.default_k
         self.max_k = settings.max_k
         self.c2f_factor = settings.c2f_factor
-        self.index_kinds = tuple(settings.index_kinds)
+        self.layout = collection.layout
+        # The coarse prefix's kinds first (the first is the default), then any only built at fine.
+        self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
         self.metrics = metrics
 
     @property
@@ -118,6 +122,12 @@ class Searcher:
                 "(set FRACTAL_INDEX_KINDS)",
                 "index",
             )
+        if scoring == "sfs" and granularity != COARSE and not self._at_fine(index):
+            raise InvalidRequest(
+                f"scoring 'sfs' needs a {index!r} index at the fine prefix, and none is built "
+                "(set FRACTAL_FINE_INDEX_KINDS)",
+                "scoring",
+            )
         if scoring == "sfs" and self.collection.fragment_dim is None:
             raise InvalidRequest(
                 "scoring 'sfs' is not enabled: the bundle has no fragment_dim and FRACTAL_SFS is "
@@ -133,8 +143,13 @@ class Searcher:
             )
         return SearchPlan(k, granularity, index, rerank, scoring)
 
+    def _at_fine(self, index: str) -> bool:
+        """Whether an ``index`` index is built at the fine prefix."""
+        return index in self.layout.get(self.manifest.fine_dim, ())
+
     def _route(self, plan: SearchPlan, granularity: str) -> Route:
-        if plan.rerank == "c2f" and granularity == FINE:
+        fine_by_c2f = plan.scoring == "cosine" and not self._at_fine(plan.index)
+        if granularity == FINE and (plan.rerank == "c2f" or fine_by_c2f):
             return Route(
                 FINE,
                 self.collection.dim,

@@ -46,9 +46,20 @@ class Settings(BaseSettings):
     max_chars: int = Field(8192, ge=1, description="characters per text")
 
     index_kinds: Annotated[tuple[IndexKind, ...], NoDecode] = ("hnsw", "exact")
+    fine_index_kinds: Annotated[tuple[IndexKind, ...] | None, NoDecode] = Field(
+        None,
+        description="index kinds at the fine prefix; unset = index_kinds, 'none' = no index "
+        "(fine queries go through C2F)",
+    )
+    full_vectors_dtype: Literal["float32", "float16"] = Field(
+        "float32", description="the memory-mapped full vectors C2F re-ranks with"
+    )
     hnsw_m: int = Field(32, ge=2)
     hnsw_ef_construction: int = Field(200, ge=1)
     hnsw_ef_search: int = Field(128, ge=1)
+    hnsw_storage: Literal["flat", "sq8"] = Field(
+        "flat", description="HNSW vectors as float32 or 8-bit scalar-quantised codes"
+    )
     pq_m: int = Field(16, ge=1)
     pq_nbits: int = Field(8, ge=1, le=16)
 
@@ -81,6 +92,16 @@ class Settings(BaseSettings):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
+    @field_validator("fine_index_kinds", mode="before")
+    @classmethod
+    def _split_fine_kinds(cls, value: object) -> object:
+        """Unset or empty: as ``index_kinds``; ``none``: no index at the fine prefix."""
+        if isinstance(value, str):
+            if value.strip().lower() == "none":
+                return ()
+            return cls._split_lists(value) or None
+        return value
+
     @field_validator("redis_url", mode="before")
     @classmethod
     def _redis_url(cls, value: object) -> object:
@@ -106,6 +127,9 @@ class Settings(BaseSettings):
     def _check_consistency(self) -> Settings:
         if not self.index_kinds or len(set(self.index_kinds)) != len(self.index_kinds):
             raise ValueError("index_kinds must list some of exact, hnsw, pq, each once")
+        fine = self.fine_index_kinds or ()
+        if len(set(fine)) != len(fine):
+            raise ValueError("fine_index_kinds must list each kind once")
         if self.default_k > self.max_k:
             raise ValueError(f"default_k ({self.default_k}) must not exceed max_k ({self.max_k})")
         if self.queue_depth < self.max_texts:
@@ -118,8 +142,19 @@ class Settings(BaseSettings):
     @property
     def hnsw(self) -> HnswParams:
         return HnswParams(
-            m=self.hnsw_m, ef_construction=self.hnsw_ef_construction, ef_search=self.hnsw_ef_search
+            m=self.hnsw_m,
+            ef_construction=self.hnsw_ef_construction,
+            ef_search=self.hnsw_ef_search,
+            storage=self.hnsw_storage,
         )
+
+    def index_layout(self, coarse_dim: int, fine_dim: int) -> dict[int, tuple[str, ...]]:
+        """The index kinds built at each served prefix: ``index_kinds`` at the coarse one, and
+        ``fine_index_kinds`` (default: the same) at the fine one."""
+        fine = self.index_kinds if self.fine_index_kinds is None else self.fine_index_kinds
+        if coarse_dim == fine_dim:
+            return {coarse_dim: tuple(dict.fromkeys(self.index_kinds + fine))}
+        return {coarse_dim: self.index_kinds, fine_dim: fine}
 
     @property
     def pq(self) -> PqParams:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
@@ -126,3 +127,38 @@ def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
         read_index("exact", 16, tmp_path / "h.faiss", HnswParams(), PqParams())
     with pytest.raises(ValueError, match="does not hold a 8-d"):
         read_index("hnsw", 8, tmp_path / "h.faiss", HnswParams(), PqParams())
+
+
+def test_hnsw_sq8_stores_floats_until_its_training_size_then_quantises(
+    rng: np.random.Generator, tmp_path: Path
+) -> None:
+    docs = unit_vectors(rng, 2000, 64)
+    queries = unit_vectors(rng, 200, 64)
+    ids = np.arange(2000, dtype=np.int64)
+    params = HnswParams(storage="sq8", sq_train_size=1000)
+    sq8 = HnswIndex(64, params)
+    sq8.add(ids[:500], docs[:500])
+    assert not sq8.stats()["trained"] and sq8.bytes_per_vector() == 4 * 64
+    assert sq8.replacement() is None  # 500 vectors: below the training size
+    sq8.add(ids[500:], docs[500:])
+    trained = sq8.replacement()
+    assert trained is not None and len(trained) == 2000
+    assert trained.stats()["trained"] and trained.bytes_per_vector() == 64
+    assert trained.replacement() is None
+    assert trained.nbytes() < sq8.nbytes()  # a quarter of the vector bytes
+    exact = ExactIndex(64)
+    exact.add(ids, docs)
+    _, truth = exact.search(queries, 10)
+    _, found = trained.search(queries, 10)
+    assert recall_at(found, truth) >= 0.85
+    paths = trained.save(tmp_path / "sq8.faiss")
+    loaded = read_index("hnsw", 64, paths[0], params, PqParams())
+    assert loaded.stats()["trained"]
+    np.testing.assert_array_equal(loaded.search(queries, 10)[1], found)
+
+
+def test_hnsw_size_is_counted_from_its_parts(rng: np.random.Generator) -> None:
+    hnsw = HnswIndex(32, HnswParams())
+    hnsw.add(np.arange(3000, dtype=np.int64), unit_vectors(rng, 3000, 32))
+    serialised = len(faiss.serialize_index(hnsw._index))
+    assert abs(hnsw.nbytes() - serialised) < 0.01 * serialised

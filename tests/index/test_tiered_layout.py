@@ -41,7 +41,10 @@ def test_the_layout_builds_only_the_kinds_it_names(tmp_path: Path, rng: np.rando
     collection = open_tiered(tmp_path)
     names = [f"d{i}" for i in range(300)]
     vectors = add(collection, rng, names)
-    assert sorted(collection.stats().indexes) == ["cosine-8-hnsw"]
+    stats = collection.stats()
+    assert sorted(stats.indexes) == ["cosine-8-hnsw"]
+    assert set(stats.ingest_seconds) == {"store", "full_vectors", "indexes"}
+    assert all(seconds > 0 for seconds in stats.ingest_seconds.values())
     with pytest.raises(ValueError, match="no 'exact' index"):
         collection.search(vectors[:1], 5, DIM, "exact")
     query = rng.standard_normal(DIM).astype(np.float32)
