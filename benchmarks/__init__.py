@@ -39,6 +39,7 @@ BENCHMARKS = (
     "mshc_service",
     "reproduce_clinc",
     "service_quality",
+    "scale_service",
     "service_settings",
     "sfs_retrieval",
 )

@@ -1,0 +1,322 @@
+"""The tiered layout through the live service under load from ``wrk``: coarse, fine through C2F
+and (where built) fine through HNSW-256, with the Redis cache warm and cold.
+
+    python -m benchmarks scale --sizes 10000000 --keep-index runs/scale-10m   # builds the index
+    python -m benchmarks scale_service --index-dir runs/scale-10m --bundle runs/clinc150-d5/bundle
+    python -m benchmarks scale_service --smoke --bundle B --out /tmp/x   # ingests a tiny corpus
+
+The service (``python -m service``) opens ``--index-dir`` in the tiered layout
+(``FRACTAL_INDEX_KINDS=hnsw``, ``FRACTAL_FINE_INDEX_KINDS=none``: an HNSW graph at the coarse
+prefix, the full vectors memory-mapped for C2F's re-rank). Start-up time (the restart) and the
+service's anonymous resident memory (``RssAnon``) are read when it is ready. Queries are CLINC-150
+test utterances sent as ``GET /search`` by ``wrk`` (a compiled generator on the same cores; its
+own CPU is recorded). Each route is measured at every ``--connections`` for ``--seconds``:
+
+- **warm**: with ``redis-server`` as the embedding cache, every query sent once before the cells,
+  so the encoder is skipped and the cells time routing, index search and fetching;
+- **cold**: without a cache, the encoder runs for every request.
+
+With ``--fine-hnsw`` a second service opens the same folder with an HNSW graph at the fine prefix
+too (``FRACTAL_FINE_INDEX_KINDS=hnsw``; built at its first start and snapshotted) and the fine
+route is measured on it: what a user would run without the tiered layout. The comparison the
+issue asks for is coarse QPS against that fine QPS, warm, at the same concurrency.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.runner import Progress, bundle_folder, int_list, option
+from benchmarks.harness.wrk import run_wrk
+from support.client import FractalClient
+from support.processes import RedisServer, ServiceProcess, start_service
+from training.data.registry import load_dataset
+
+K = 10
+TIERED = {"index_kinds": "hnsw", "fine_index_kinds": "none"}
+ROUTES = {
+    "coarse": {"granularity": "coarse"},
+    "c2f": {"granularity": "fine"},
+    "fine_hnsw": {"granularity": "fine", "index": "hnsw"},
+}
+SMOKE_DOCUMENTS = 300
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter of a run."""
+
+    bundle: Path | None = option(
+        None, "the bundle the index was built for", parse=bundle_folder, required=True
+    )
+    index_dir: Path | None = option(
+        None, "an index folder built for --bundle (default: a fresh one with a tiny corpus)"
+    )
+    connections: tuple[int, ...] = option((1, 8, 32), "open connections per cell", parse=int_list)
+    seconds: float = option(20.0, "seconds per cell")
+    wrk_threads: int = option(1, "wrk threads (the generator shares the service's cores)")
+    queries: int = option(500, "distinct CLINC-150 test queries, cycled")
+    ef_search: int = option(128, "HNSW efSearch of the coarse graph (FRACTAL_HNSW_EF_SEARCH)")
+    c2f_factor: int = option(4, "C2F shortlist = k × factor (FRACTAL_C2F_FACTOR)")
+    hnsw_storage: str = option("flat", "the coarse graph's storage the index was built with")
+    full_vectors_dtype: str = option("float16", "the full vectors' dtype the index was built with")
+    fine_hnsw: bool = option(False, "also serve and measure fine through HNSW-256")
+    encoder_threads: int = option(1, "ONNX Runtime threads of the service")
+
+
+SMOKE = Settings(connections=(1, 4), seconds=1.0, queries=40, fine_hnsw=True)
+
+
+def rss_anon_bytes(pid: int) -> int:
+    """The process's anonymous resident memory (``RssAnon`` in ``/proc/PID/status``)."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    match = re.search(r"^RssAnon:\s+(\d+) kB", status, re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"no RssAnon in /proc/{pid}/status")
+    return int(match.group(1)) * 1024
+
+
+def search_paths(queries: Sequence[str], params: dict[str, str]) -> list[str]:
+    return [
+        "/search?" + urllib.parse.urlencode({"q": query, "k": K, **params}) for query in queries
+    ]
+
+
+def _service_settings(settings: Settings, redis_url: str | None, fine_hnsw: bool) -> dict:
+    values: dict = {
+        **TIERED,
+        "hnsw_ef_search": settings.ef_search,
+        "c2f_factor": settings.c2f_factor,
+        "hnsw_storage": settings.hnsw_storage,
+        "full_vectors_dtype": settings.full_vectors_dtype,
+        "encoder_threads": settings.encoder_threads,
+        "snapshot_interval_s": 0,
+        "max_k": K,
+    }
+    if fine_hnsw:
+        values["fine_index_kinds"] = "hnsw"
+    if redis_url is not None:
+        values["redis_url"] = redis_url
+    return values
+
+
+def _smoke_corpus(bundle: Path, index_dir: Path, log: Path, settings: Settings) -> None:
+    """A tiny corpus ingested through the service, so that a smoke run needs no prebuilt index."""
+    texts = list(load_dataset("clinc150", max_train=SMOKE_DOCUMENTS).train.texts)
+    service = start_service(bundle, index_dir, log, **_service_settings(settings, None, False))
+    try:
+        with FractalClient(service.base_url) as client:
+            client.add_documents([{"text": text} for text in texts[:SMOKE_DOCUMENTS]])
+    finally:
+        service.shut_down()
+
+
+def _phase(
+    service: ServiceProcess,
+    started: float,
+    routes: Sequence[str],
+    queries: Sequence[str],
+    settings: Settings,
+    warm: bool,
+    progress: Progress,
+) -> dict:
+    """Start-up figures and every route × connections cell on one running service."""
+    ready_s = time.perf_counter() - started
+    with FractalClient(service.base_url) as client:
+        info = client.info()
+        rss = rss_anon_bytes(service.process.pid)
+        if warm:
+            for route in routes:
+                client.search_batch(queries, k=K, **ROUTES[route])
+    cells = []
+    for route in routes:
+        paths = search_paths(queries, ROUTES[route])
+        for connections in settings.connections:
+            result = run_wrk(
+                service.base_url, paths, connections, settings.seconds, settings.wrk_threads
+            )
+            progress(
+                f"{'warm' if warm else 'cold'} {route} c={connections}: {result.qps:.1f} QPS, "
+                f"p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms"
+            )
+            cells.append({"route": route, "cache": "warm" if warm else "cold", **result.to_json()})
+    documents = info["documents"]
+    return {
+        "ready_seconds": ready_s,
+        "documents": documents,
+        "rss_anon_bytes_at_ready": rss,
+        "rss_anon_bytes_per_document": rss / documents if documents else None,
+        "indexes": info["indexes"],
+        "recovery": info["recovery"],
+        "cells": cells,
+    }
+
+
+def _serve(
+    settings: Settings, index_dir: Path, work: Path, fine_hnsw: bool, warm: bool
+) -> tuple[ServiceProcess, float, RedisServer | None]:
+    redis = None
+    if warm:
+        redis_dir = work / f"redis-{fine_hnsw}"
+        redis_dir.mkdir(exist_ok=True)
+        redis = RedisServer(redis_dir)
+        redis.start()
+    started = time.perf_counter()
+    service = start_service(
+        settings.bundle,
+        index_dir,
+        work / "service.log",
+        **_service_settings(settings, redis.url if redis else None, fine_hnsw),
+    )
+    return service, started, redis
+
+
+def qps_of(cells: Sequence[dict], route: str, cache: str, connections: int) -> float | None:
+    for cell in cells:
+        if (cell["route"], cell["cache"], cell["connections"]) == (route, cache, connections):
+            return cell["qps"]
+    return None
+
+
+def targets(phases: dict, settings: Settings) -> list[dict]:
+    """Coarse QPS ≥ 2× fine (HNSW-256) QPS with a warm cache, at the best concurrency of each."""
+    cells = [cell for phase in phases.values() for cell in phase["cells"]]
+    best = {
+        route: max(
+            (c["qps"] for c in cells if c["route"] == route and c["cache"] == "warm"), default=None
+        )
+        for route in ROUTES
+    }
+    if best["coarse"] is None or best["fine_hnsw"] is None:
+        reached: object = "fine through HNSW-256 not measured (run with --fine-hnsw)"
+        met = False
+    else:
+        ratio = best["coarse"] / best["fine_hnsw"]
+        reached, met = round(ratio, 2), ratio >= 2.0
+    documents = next(iter(phases.values()))["documents"]
+    return [
+        {
+            "target": f"warm cache: coarse QPS >= 2x fine (HNSW-256) QPS, {documents:,} documents",
+            "reached": reached,
+            "met": met,
+        }
+    ]
+
+
+def run(settings: Settings, progress: Progress) -> dict:
+    assert settings.bundle is not None
+    queries = list(load_dataset("clinc150", max_test=settings.queries).test.texts)
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        index_dir = settings.index_dir
+        if index_dir is None:
+            index_dir = work / "index"
+            progress(f"ingesting {SMOKE_DOCUMENTS} documents into a fresh index")
+            _smoke_corpus(settings.bundle, index_dir, work / "service.log", settings)
+        plan = [("tiered_warm", False, True), ("tiered_cold", False, False)]
+        if settings.fine_hnsw:
+            plan += [("fine_hnsw_warm", True, True), ("fine_hnsw_cold", True, False)]
+        phases: dict[str, dict] = {}
+        for name, fine_hnsw, warm in plan:
+            progress(f"starting the service ({name})")
+            service, started, redis = _serve(settings, index_dir, work, fine_hnsw, warm)
+            try:
+                routes = ["fine_hnsw"] if fine_hnsw else ["coarse", "c2f"]
+                phases[name] = _phase(
+                    service, started, routes, queries, settings, warm, progress
+                )
+            finally:
+                service.shut_down()
+                if redis is not None:
+                    redis.kill()
+            progress.checkpoint({"settings": _settings_json(settings), "phases": phases})
+    return {
+        "settings": _settings_json(settings),
+        "phases": phases,
+        "targets": targets(phases, settings),
+    }
+
+
+def _settings_json(settings: Settings) -> dict:
+    return {
+        key: (str(value) if isinstance(value, Path) else value)
+        for key, value in settings.__dict__.items()
+    }
+
+
+def markdown(report: dict) -> str:
+    phases = report["phases"]
+    first = next(iter(phases.values()))
+    rows = [
+        [
+            name,
+            f"{phase['documents']:,}",
+            f"{phase['ready_seconds']:.1f}",
+            f"{phase['rss_anon_bytes_at_ready'] / 2**20:,.0f}",
+            "—" if phase["rss_anon_bytes_per_document"] is None
+            else f"{phase['rss_anon_bytes_per_document']:,.0f}",
+        ]
+        for name, phase in phases.items()
+    ]
+    cells = [
+        [
+            cell["route"], cell["cache"], cell["connections"], f"{cell['qps']:.1f}",
+            f"{cell['p50_ms']:.1f}", f"{cell['p99_ms']:.1f}",
+            sum(cell["errors"].values()), f"{cell['client_cpu_percent']:.0f}",
+        ]
+        for phase in phases.values()
+        for cell in phase["cells"]
+    ]
+    verdicts = [[t["target"], t["reached"], "met" if t["met"] else "**missed**"]
+                for t in report.get("targets", [])]  # none yet in a checkpoint
+    return "\n\n".join(
+        [
+            f"# The tiered layout through the live service, {first['documents']:,} documents",
+            markdown_table(["target", "reached", "verdict"], verdicts),
+            "## Start-up (a restart on the built folder) and anonymous memory",
+            markdown_table(
+                ["service", "documents", "ready s", "RssAnon MiB", "RssAnon B/doc"], rows
+            ),
+            "## Load from wrk (GET /search, k = 10)",
+            markdown_table(
+                ["route", "cache", "connections", "QPS", "p50 ms", "p99 ms", "errors",
+                 "wrk CPU %"],
+                cells,
+            ),
+            "## Settings\n\n" + bullet_list(report["settings"]),
+            "## Machine\n\n" + bullet_list(report["machine"]),
+        ]
+    )
+
+
+def plot(report: dict, path: Path) -> None:
+    figure = Figure(figsize=(7, 4))
+    axes = figure.subplots()
+    cells = [cell for phase in report["phases"].values() for cell in phase["cells"]]
+    for route in ROUTES:
+        for cache, style in (("warm", "-o"), ("cold", "--s")):
+            points = sorted(
+                (c["connections"], c["qps"])
+                for c in cells
+                if c["route"] == route and c["cache"] == cache
+            )
+            if points:
+                x, y = zip(*points, strict=True)
+                axes.plot(x, y, style, label=f"{route} ({cache})")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("open connections (wrk)")
+    axes.set_ylabel("QPS")
+    documents = next(iter(report["phases"].values()))["documents"]
+    axes.set_title(f"GET /search through the live service, {documents:,} documents")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
