@@ -45,7 +45,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a directory's entry to disk (a rename is durable once its directory
+    is fsynced)."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -69,7 +71,7 @@ def write_snapshot(
     for name, (config, index) in entries.items():
         files = index.save(directory / f"{prefix}-{name}.faiss")
         for path in files:
-            _fsync(path)
+            fsync_path(path)
         manifest["indexes"][name] = {
             "config": config,
             "index_file": files[0].name,
@@ -77,9 +79,9 @@ def write_snapshot(
         }
     pending = directory / f"{prefix}.manifest.tmp"
     pending.write_text(json.dumps(manifest, indent=2))
-    _fsync(pending)
+    fsync_path(pending)
     os.replace(pending, directory / MANIFEST)
-    _fsync(directory)
+    fsync_path(directory)
     kept = {MANIFEST} | {name for entry in manifest["indexes"].values() for name in entry["sha256"]}
     for path in directory.iterdir():
         if path.name not in kept:

@@ -227,6 +227,48 @@ class Runtime:
         param: str = "documents",
     ) -> list[str]:
         """Embed and store documents (ids generated where missing); committed on return."""
+        doc_ids = self._checked_documents(texts, ids, param)
+        encoded = await self.batcher.embed(texts)
+        await self._store(doc_ids, texts, encoded.vectors, metadata)
+        return doc_ids
+
+    async def add_vectors(
+        self,
+        bundle_hash: str,
+        texts: Sequence[str],
+        ids: Sequence[str | None],
+        metadata: Sequence[dict[str, Any]],
+        vectors: Sequence[Sequence[float]],
+        param: str = "documents",
+    ) -> list[str]:
+        """Store documents with precomputed full vectors of the served bundle, without
+        encoding; the same checks as :meth:`add_documents`, all or nothing, committed on
+        return."""
+        if bundle_hash != self.manifest.content_hash:
+            raise InvalidRequest(
+                f"bundle_hash {bundle_hash[:12]!r}… is not the served bundle's "
+                f"({self.manifest.content_hash[:12]}…, {self.manifest.name!r}): vectors of "
+                "another bundle cannot be searched with this one",
+                "bundle_hash",
+            )
+        doc_ids = self._checked_documents(texts, ids, param)
+        for position, vector in enumerate(vectors):
+            where = f"{param}.{position}.vector"
+            if len(vector) != self.manifest.dim:
+                raise InvalidRequest(
+                    f"{where} has {len(vector)} values; the served bundle's vectors have "
+                    f"{self.manifest.dim}",
+                    where,
+                )
+            if not np.isfinite(vector).all():
+                raise InvalidRequest(f"{where} holds NaN or infinity", where)
+        await self._store(doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
+        return doc_ids
+
+    def _checked_documents(
+        self, texts: Sequence[str], ids: Sequence[str | None], param: str
+    ) -> list[str]:
+        """Check the texts and ids of documents to add; their ids, generated where missing."""
         item_params = [f"{param}.{position}.text" for position in range(len(texts))]
         check_texts(texts, self.settings.max_texts, self.settings.max_chars, param, item_params)
         doc_ids = [uuid.uuid4().hex if doc_id is None else doc_id for doc_id in ids]
@@ -239,12 +281,20 @@ class Runtime:
                     f"{param}.{position}.id",
                 )
             seen.add(doc_id)
-        encoded = await self.batcher.embed(texts)
+        return doc_ids
+
+    async def _store(
+        self,
+        doc_ids: list[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        metadata: Sequence[dict[str, Any]],
+    ) -> None:
+        """Upsert in one store transaction (off the event loop)."""
         await asyncio.to_thread(
-            self.collection.upsert, doc_ids, list(texts), encoded.vectors, list(metadata)
+            self.collection.upsert, doc_ids, list(texts), vectors, list(metadata)
         )
         self._unsnapshotted_writes = True
-        return doc_ids
 
     async def get_document(self, doc_id: str) -> StoredDocument:
         document: Document | None = await asyncio.to_thread(self.collection.get, doc_id)

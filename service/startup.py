@@ -11,17 +11,14 @@ queries from another.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import faiss
-import numpy as np
 
 from bundle import BundleError, Manifest, load_bundle
-from index import Collection
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
+from service.collection import IndexDirError, open_collection
 from service.encoder import OnnxEncoder
 from service.errors import StartupError
 from service.granularity import GranularityRouter
@@ -29,79 +26,6 @@ from service.metrics import Metrics
 from service.runtime import Runtime
 from service.search import Searcher
 from service.settings import Settings, available_cores
-
-BUNDLE_RECORD = "bundle.json"
-
-
-def _check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
-    """Write ``bundle.json`` in a new index dir; refuse one made with another bundle."""
-    record_path = index_dir / BUNDLE_RECORD
-    expected = {"name": manifest.name, "bundle_hash": manifest.content_hash, "dim": manifest.dim}
-    if record_path.is_file():
-        try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StartupError(f"{record_path} is unreadable: {exc}") from exc
-        if record != expected:
-            raise StartupError(
-                f"index dir {index_dir} holds vectors of bundle {record.get('name')!r} "
-                f"({str(record.get('bundle_hash'))[:12]}), not of the served bundle "
-                f"{manifest.name!r} ({manifest.content_hash[:12]}); use another "
-                "FRACTAL_INDEX_DIR or re-ingest"
-            )
-        return
-    if (index_dir / "store.sqlite3").exists():
-        raise StartupError(
-            f"index dir {index_dir} has a store but no {BUNDLE_RECORD}: cannot tell which "
-            "bundle made its vectors"
-        )
-    record_path.write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
-
-
-def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.ndarray]:
-    """The bundle's PQ centroids by prefix dimension (MSHC), when the service builds PQ indexes.
-
-    The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
-    """
-    spec = manifest.compression.pq if manifest.compression is not None else None
-    if spec is None or "pq" not in settings.index_kinds + (settings.fine_index_kinds or ()):
-        return {}
-    path = settings.bundle_dir / spec.file
-    try:
-        codebooks = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise StartupError(f"cannot read the bundle's PQ codebooks {path}: {exc}") from exc
-    if codebooks.shape != spec.shape or codebooks.dtype != np.float32:
-        raise StartupError(
-            f"{path} holds {codebooks.dtype} {list(codebooks.shape)}, the manifest says "
-            f"float32 {list(spec.shape)}"
-        )
-    return {spec.dim: codebooks}
-
-
-def open_collection(settings: Settings, manifest: Manifest) -> Collection:
-    """The collection in ``settings.index_dir``, indexed at the coarse and fine prefixes; a PQ
-    index at a dimension the bundle ships PQ codebooks for uses them (MSHC)."""
-    fragment_dim = manifest.fragment_dim
-    if fragment_dim is None and settings.sfs:
-        fragment_dim = settings.sfs_fragment_dim
-    try:
-        settings.index_dir.mkdir(parents=True, exist_ok=True)
-        _check_bundle_record(settings.index_dir, manifest)
-        return Collection(
-            settings.index_dir,
-            dim=manifest.dim,
-            prefix_dims=sorted({manifest.coarse_dim, manifest.fine_dim}),
-            index_kinds=settings.index_kinds,
-            hnsw=settings.hnsw,
-            pq=settings.pq,
-            fragment_dim=fragment_dim,
-            pq_codebooks=bundle_pq_codebooks(settings, manifest),
-            layout=settings.index_layout(manifest.coarse_dim, manifest.fine_dim),
-            full_dtype=settings.full_vectors_dtype,
-        )
-    except (OSError, ValueError) as exc:
-        raise StartupError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
 
 
 def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, GranularityRouter]:
@@ -154,7 +78,10 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
     except BundleError as exc:
         raise StartupError(str(exc)) from exc
     encoder, router = _load_graphs(settings, manifest)
-    collection = open_collection(settings, manifest)
+    try:
+        collection = open_collection(settings, manifest)
+    except IndexDirError as exc:
+        raise StartupError(str(exc)) from exc
     metrics = metrics or Metrics()
     batcher = MicroBatcher(
         encoder.encode,

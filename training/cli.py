@@ -8,6 +8,8 @@
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
     fractal mshc --dataset clinc150 --out runs/clinc150-mshc  # MSHC: train, evaluate, export
     fractal finetune --dataset banking77 --objective mic --unfreeze-layers 6 --out runs/b77-mic
+    fractal embed corpus.jsonl --bundle bundles/identity --out shards/   # a corpus → Parquet
+    fractal import shards/ --bundle bundles/identity --index-dir fractal-index
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
 """
@@ -410,6 +412,54 @@ def _cmd_finetune(args):
     print(f"bundle: {bundle}")
 
 
+def _cmd_embed(args):
+    """A corpus → Parquet shards of full vectors (:mod:`bulk.embed`)."""
+    from bulk import BulkError
+    from bulk.corpus import Columns
+    from bulk.embed import EmbedOptions, embed_corpus
+
+    given = {
+        "workers": args.workers,
+        "shard_size": args.shard_size,
+        "batch_tokens": args.batch_tokens,
+    }
+    options = EmbedOptions(
+        dtype=args.dtype,
+        columns=Columns(args.id_column, args.text_column, args.metadata_columns),
+        progress=not args.no_progress,
+        **{name: value for name, value in given.items() if value is not None},
+    )
+    try:
+        summary = embed_corpus(args.corpus, args.bundle, args.out, options)
+    except BulkError as exc:
+        raise FractalError(str(exc)) from None
+    print(
+        f"embedded {summary.rows} documents into {len(summary.shards)} shards in {args.out} "
+        f"({summary.skipped} already done and skipped, {summary.redone} redone)"
+    )
+
+
+def _cmd_import(args):
+    """Parquet shards → the collection in an index dir, without re-encoding (:mod:`bulk`)."""
+    from bulk import BulkError
+    from bulk.importer import import_shards
+
+    def done(shard) -> None:
+        rate = shard.documents / max(shard.seconds, 1e-9)
+        print(
+            f"{shard.path}: imported {shard.documents} documents "
+            f"({shard.seconds:.2f} s, {rate:.0f}/s)",
+            flush=True,
+        )
+
+    try:
+        imported = import_shards(args.shards, args.bundle, args.index_dir, done)
+    except BulkError as exc:
+        raise FractalError(str(exc)) from None
+    total = sum(shard.documents for shard in imported)
+    print(f"imported {total} documents from {len(imported)} shards into {args.index_dir}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fractal", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -521,6 +571,32 @@ def build_parser() -> argparse.ArgumentParser:
     mshc.add_argument("--name", help="bundle name")
     mshc.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     mshc.set_defaults(handler=_cmd_mshc)
+
+    embed = commands.add_parser(
+        "embed", help="embed a corpus (JSONL, CSV/TSV, Parquet, .txt lines) into Parquet shards"
+    )
+    embed.add_argument("corpus", type=Path)
+    embed.add_argument("--bundle", type=Path, required=True, help="the bundle to embed with")
+    embed.add_argument("--out", type=Path, required=True, help="folder for the shards")
+    embed.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    embed.add_argument("--workers", type=int, help="encoder processes (default: one per core)")
+    embed.add_argument("--shard-size", type=int, help="documents per shard (default: 50000)")
+    embed.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default: 8192)")
+    embed.add_argument("--id-column", help="default: id if present, else the row number")
+    embed.add_argument("--text-column", default="text")
+    embed.add_argument(
+        "--metadata-columns", type=_name_list, help="a,b (default: every other column)"
+    )
+    embed.add_argument("--no-progress", action="store_true")
+    embed.set_defaults(handler=_cmd_embed)
+
+    bulk_import = commands.add_parser(
+        "import", help="add shards from `fractal embed` to an index dir, without re-encoding"
+    )
+    bulk_import.add_argument("shards", type=Path, help="a shard folder or one shard file")
+    bulk_import.add_argument("--bundle", type=Path, required=True, help="the bundle served")
+    bulk_import.add_argument("--index-dir", type=Path, required=True, help="FRACTAL_INDEX_DIR")
+    bulk_import.set_defaults(handler=_cmd_import)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""``/documents``: add (embed + store, committed before the answer), read and delete."""
+"""``/documents``: add (embed + store, committed before the answer), add with precomputed
+vectors (``/documents/vectors``: store only), read and delete."""
 
 from __future__ import annotations
 
@@ -46,6 +47,25 @@ class AddDocumentsRequest(BaseModel):
     )
 
 
+class VectorDocumentIn(DocumentIn):
+    vector: list[float] = Field(
+        description="The full, unnormalised embedding of the text by the served bundle "
+        "(its dim values, all finite), e.g. from `fractal embed`."
+    )
+
+
+class AddVectorsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bundle_hash: str = Field(
+        description="The content hash of the bundle that made the vectors (`/info`'s "
+        "bundle_hash); must be the served bundle's."
+    )
+    documents: list[VectorDocumentIn] = Field(
+        min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
+    )
+
+
 class AddDocumentsResponse(BaseModel):
     ids: list[str] = Field(description="The documents' ids, in request order.")
 
@@ -71,6 +91,24 @@ async def add_documents(
         [document.text for document in body.documents],
         [document.id for document in body.documents],
         [document.metadata for document in body.documents],
+    )
+    return AddDocumentsResponse(ids=ids)
+
+
+@router.post("/documents/vectors", responses=error_responses(422, 503))
+async def add_vectors(
+    body: AddVectorsRequest, runtime: RuntimeDep, request: Request
+) -> AddDocumentsResponse:
+    """Store documents with precomputed vectors, without encoding them; all or nothing,
+    answered once the store has committed them."""
+    label_request(request, dimension=str(runtime.manifest.dim))
+    documents = body.documents
+    ids = await runtime.add_vectors(
+        body.bundle_hash,
+        [document.text for document in documents],
+        [document.id for document in documents],
+        [document.metadata for document in documents],
+        [document.vector for document in documents],
     )
     return AddDocumentsResponse(ids=ids)
 

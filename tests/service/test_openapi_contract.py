@@ -26,6 +26,7 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
         "/embed",
         "/v1/embeddings",
         "/documents",
+        "/documents/vectors",
         "/documents/{doc_id}",
         "/search",
         "/health",

@@ -1,0 +1,96 @@
+"""``fractal import``: shards of precomputed vectors → the service's collection, no re-encoding.
+
+The collection is opened exactly as the service opens it
+(:func:`service.collection.open_collection`, with the service's settings: ``FRACTAL_INDEX_KINDS``,
+``FRACTAL_HNSW_*`` and the rest apply), so the service then serves the index dir as it is.
+Each shard is read and checked whole (:func:`bulk.shards.read_shard`) before anything of it is
+written, then added with one :meth:`index.Collection.upsert`: one SQLite transaction, so a
+shard is imported all or nothing, also when the process is killed. At the end the indexes are
+snapshotted, so the service starts without rebuilding them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bulk.embed import RUN_FILE
+from bulk.errors import BulkError
+from bulk.shards import read_shard
+from bundle import BundleError, load_bundle
+from service.collection import IndexDirError, open_collection
+from service.settings import Settings, describe_settings_error
+
+
+@dataclass(frozen=True)
+class ImportedShard:
+    """One shard added to the collection, and how long its upsert took (indexes included)."""
+
+    path: Path
+    documents: int
+    seconds: float
+
+
+def shard_paths(source: Path) -> list[Path]:
+    """The shards to import: ``source`` itself if it is a file; the shards ``embed.json``
+    lists, if the folder has one; else every ``*.parquet`` in the folder, by name."""
+    if source.is_file():
+        return [source]
+    if not source.is_dir():
+        raise BulkError(f"{source}: no such shard file or folder")
+    run_file = source / RUN_FILE
+    if run_file.is_file():
+        try:
+            run = json.loads(run_file.read_text(encoding="utf-8"))
+            paths = [source / shard["file"] for shard in run["shards"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BulkError(f"{run_file}: unreadable ({exc!r})") from None
+    else:
+        paths = sorted(source.glob("*.parquet"))
+    if not paths:
+        raise BulkError(f"{source}: no shards (*.parquet) to import")
+    return paths
+
+
+def import_shards(
+    source: Path,
+    bundle_dir: Path,
+    index_dir: Path,
+    done: Callable[[ImportedShard], object] = lambda shard: None,
+) -> list[ImportedShard]:
+    """Add every shard of ``source`` to the collection in ``index_dir``, in order, calling
+    ``done`` after each. A bad shard ends the import with a :class:`BulkError`; the shards
+    before it stay imported (and snapshotted), nothing of it is."""
+    try:
+        manifest = load_bundle(bundle_dir)
+        settings = Settings(bundle_dir=bundle_dir, index_dir=index_dir)
+    except BundleError as exc:
+        raise BulkError(str(exc)) from exc
+    except ValidationError as exc:
+        raise BulkError(describe_settings_error(exc)) from None
+    paths = shard_paths(source)
+    try:
+        collection = open_collection(settings, manifest)
+    except IndexDirError as exc:
+        raise BulkError(str(exc)) from exc
+    imported: list[ImportedShard] = []
+    try:
+        for path in paths:
+            shard = read_shard(path, manifest)
+            started = time.perf_counter()
+            collection.upsert(shard.ids, shard.texts, shard.vectors, shard.metadata)
+            imported.append(ImportedShard(path, len(shard.ids), time.perf_counter() - started))
+            done(imported[-1])
+        collection.snapshot()
+    except BulkError:
+        if imported:
+            collection.snapshot()
+        raise
+    finally:
+        collection.close()
+    return imported
