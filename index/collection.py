@@ -196,8 +196,8 @@ class Collection:
         config: dict = {"scoring": spec.scoring, "dim": spec.dim, "kind": spec.kind}
         if spec.scoring == "sfs":
             config["fragment_dim"] = self.fragment_dim
-        if spec.kind == "hnsw":
-            config["params"] = asdict(self.hnsw)
+        if spec.kind == "hnsw":  # efSearch is read at search time: it decides no contents
+            config["params"] = {k: v for k, v in asdict(self.hnsw).items() if k != "ef_search"}
         if spec.kind == "pq":
             config["params"] = asdict(self.pq)
             codebooks = self._codebooks(spec)
@@ -396,12 +396,13 @@ class Collection:
         dim: int,
         kind: str = "exact",
         scoring: str = "cosine",
+        ef_search: int | None = None,
     ) -> list[list[Hit]]:
         """The ``k`` best documents for each query, best first, from one index.
 
         Queries may be full vectors or already cut to ``dim``; either way they are cut and
         normalised here. Scores are cosines of the ``dim`` prefixes, or with ``scoring="sfs"``
-        mean fragment cosines.
+        mean fragment cosines. ``ef_search`` overrides the HNSW beam width for this search.
         """
         spec = self._spec(scoring, dim, kind)
         k = _check_count(k, "k")
@@ -409,7 +410,7 @@ class Collection:
         mapped = self._map(scoring, dim, queries)
         with self._lock.read():
             k = min(k, max(self._count, 1))  # FAISS allocates n * k results
-            scores, rows = self._indexes[spec.name].search(mapped, k)
+            scores, rows = self._indexes[spec.name].search(mapped, k, ef_search)
             return self._hits(scores, rows)
 
     def search_c2f(
@@ -420,12 +421,14 @@ class Collection:
         factor: int = 4,
         kind: str = "exact",
         timings: dict[str, float] | None = None,
+        ef_search: int | None = None,
     ) -> list[list[Hit]]:
         """Coarse-to-fine: shortlist ``k * factor`` by cosine at ``coarse_dim`` with the ``kind``
         index, then re-rank the shortlist exactly by full-dimension cosine and keep ``k``.
 
         When ``timings`` is given, the seconds spent in each step are added to its
-        ``"shortlist"`` and ``"rerank"`` entries."""
+        ``"shortlist"`` and ``"rerank"`` entries. ``ef_search`` overrides the HNSW beam width of
+        the shortlist search (at least the shortlist's size is sensible)."""
         spec = self._spec("cosine", coarse_dim, kind)
         k = _check_count(k, "k")
         shortlist = k * _check_count(factor, "factor")
@@ -437,7 +440,7 @@ class Collection:
         with self._lock.read():
             shortlist = min(shortlist, max(self._count, 1))
             started = time.perf_counter()
-            _, candidates = self._indexes[spec.name].search(coarse, shortlist)
+            _, candidates = self._indexes[spec.name].search(coarse, shortlist, ef_search)
             shortlisted = time.perf_counter()
             for i, (query, rows) in enumerate(zip(full, candidates, strict=True)):
                 rows = rows[rows >= 0]

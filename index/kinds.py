@@ -1,6 +1,8 @@
 """The FAISS index kinds: ``exact``, ``hnsw`` and ``pq``, all inner product over unit vectors.
 
-Each kind wraps an ``IndexIDMap2`` so that FAISS ids are the store's row ids. Callers hand in
+Each kind wraps an ID map so that FAISS ids are the store's row ids (``IndexIDMap2``, whose
+reverse map physical removal needs; HNSW, which never removes, the plain ``IndexIDMap``: its
+reverse map would cost ~70 bytes per vector). Callers hand in
 vectors already mapped to the index's space (cosine or SFS) as float32 ``(n, dim)`` matrices and
 int64 ids, and do their own locking: ``search`` may run in several threads at once, ``add`` and
 ``remove`` need exclusive access, and ``replacement`` only reads (it may run beside searches).
@@ -111,7 +113,7 @@ def pq_from_codebooks(codebooks: np.ndarray) -> faiss.IndexPQ:
     return index
 
 
-def _flat_contents(index: faiss.IndexIDMap2) -> tuple[np.ndarray, np.ndarray]:
+def _flat_contents(index: faiss.IndexIDMap) -> tuple[np.ndarray, np.ndarray]:
     """The ids and stored vectors of an ID-mapped ``IndexFlat`` or HNSW graph (SQ8 codes come
     back decoded)."""
     inner = faiss.downcast_index(index.index)
@@ -142,7 +144,7 @@ class VectorIndex:
 
     kind: ClassVar[str]
 
-    def __init__(self, dim: int, index: faiss.IndexIDMap2) -> None:
+    def __init__(self, dim: int, index: faiss.IndexIDMap) -> None:
         self.dim = dim
         self._index = index
         self._version = 0
@@ -161,8 +163,11 @@ class VectorIndex:
         self._index.remove_ids(faiss.IDSelectorBatch(ids))
         self._version += 1
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Scores and ids, ``(n, k)`` each, best first; missing results have id -1."""
+    def search(
+        self, queries: np.ndarray, k: int, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and ids, ``(n, k)`` each, best first; missing results have id -1.
+        ``ef_search`` overrides an HNSW graph's beam width for this call (others ignore it)."""
         return self._index.search(queries, k)
 
     def replacement(self) -> VectorIndex | None:
@@ -214,11 +219,11 @@ class HnswIndex(VectorIndex):
         self,
         dim: int,
         params: HnswParams,
-        index: faiss.IndexIDMap2 | None = None,
+        index: faiss.IndexIDMap | None = None,
         deleted: np.ndarray | None = None,
     ) -> None:
         if index is None:
-            index = faiss.IndexIDMap2(_hnsw_graph(dim, params, None))
+            index = faiss.IndexIDMap(_hnsw_graph(dim, params, None))
         super().__init__(dim, index)
         self.params = params
         self._deleted: set[int] = set() if deleted is None else {int(i) for i in deleted}
@@ -243,10 +248,12 @@ class HnswIndex(VectorIndex):
         self._live_selector = self._make_live_selector()
         self._version += 1
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        # Parameters are made per call: IndexIDMap2 rewrites their selector while it searches.
+    def search(
+        self, queries: np.ndarray, k: int, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Parameters are made per call: the ID map rewrites their selector while it searches.
         search_params = faiss.SearchParametersHNSW()
-        search_params.efSearch = self.params.ef_search
+        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
         if self._live_selector:
             search_params.sel = self._live_selector[0]
         return self._index.search(queries, k, params=search_params)
@@ -268,7 +275,7 @@ class HnswIndex(VectorIndex):
         live = ~np.isin(ids, self.deleted_ids())
         vectors = np.ascontiguousarray(vectors[live])
         training = vectors if self.params.storage == "sq8" and (train or self.trained) else None
-        graph = faiss.IndexIDMap2(_hnsw_graph(self.dim, self.params, training))
+        graph = faiss.IndexIDMap(_hnsw_graph(self.dim, self.params, training))
         fresh = HnswIndex(self.dim, self.params, graph)
         fresh.add(ids[live], vectors)
         return fresh
@@ -389,7 +396,7 @@ def read_index(
     """Load an index that :meth:`VectorIndex.save` wrote; :class:`ValueError` if it is not one
     of ``kind`` and ``dim`` (FAISS raises :class:`RuntimeError` for an unreadable file)."""
     index = faiss.read_index(str(path))
-    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else None
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else None
     expected = {
         "exact": (faiss.IndexFlat,),
         "hnsw": (faiss.IndexHNSWFlat, faiss.IndexHNSWSQ),
