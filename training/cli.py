@@ -412,8 +412,19 @@ def _cmd_finetune(args):
     print(f"bundle: {bundle}")
 
 
+def _require_pyarrow() -> None:
+    """``fractal embed`` and ``fractal import`` read and write Parquet: the ``bulk`` extra."""
+    try:
+        import pyarrow  # noqa: F401
+    except ModuleNotFoundError:
+        raise FractalError(
+            "fractal embed and fractal import need pyarrow: pip install 'fractal[bulk]'"
+        ) from None
+
+
 def _cmd_embed(args):
     """A corpus → Parquet shards of full vectors (:mod:`bulk.embed`)."""
+    _require_pyarrow()
     from bulk import BulkError
     from bulk.corpus import Columns
     from bulk.embed import EmbedOptions, embed_corpus
@@ -441,6 +452,7 @@ def _cmd_embed(args):
 
 def _cmd_import(args):
     """Parquet shards → the collection in an index dir, without re-encoding (:mod:`bulk`)."""
+    _require_pyarrow()
     from bulk import BulkError
     from bulk.importer import import_shards
 
