@@ -10,22 +10,17 @@ import logging
 import sys
 
 import uvicorn
-from pydantic import ValidationError
 
 from service.app import create_app
 from service.errors import StartupError
-from service.settings import Settings, describe_settings_error
+from service.settings import settings_or_exit
 from service.startup import load_runtime
 
 EXIT_BAD_CONFIG = 2
 
 
 def main() -> int:
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        print(f"error: {describe_settings_error(exc)}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+    settings = settings_or_exit("error", EXIT_BAD_CONFIG)
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s: %(message)s")
     try:
         runtime = load_runtime(settings)

@@ -11,19 +11,13 @@ import sys
 import urllib.error
 import urllib.request
 
-from pydantic import ValidationError
-
-from service.settings import Settings, describe_settings_error
+from service.settings import settings_or_exit
 
 TIMEOUT_S = 4.0
 
 
 def main() -> int:
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        print(f"unhealthy: {describe_settings_error(exc)}", file=sys.stderr)
-        return 1
+    settings = settings_or_exit("unhealthy", 1)
     request = urllib.request.Request(f"http://127.0.0.1:{settings.port}/health")
     if settings.api_keys and not settings.public_health:
         request.add_header("Authorization", f"Bearer {settings.api_keys[0].get_secret_value()}")

@@ -7,6 +7,7 @@ Every field is one variable: ``bundle_dir`` is ``FRACTAL_BUNDLE_DIR``, ``max_k``
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -186,3 +187,13 @@ def describe_settings_error(error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         problems.append(f"{variable}: {message}")
     return "invalid settings: " + "; ".join(problems)
+
+
+def settings_or_exit(problem: str, exit_status: int) -> Settings:
+    """The settings from the environment; for a bad one, a single ``{problem}: …`` line on
+    stderr (naming the variables at fault) and :class:`SystemExit` with ``exit_status``."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        print(f"{problem}: {describe_settings_error(exc)}", file=sys.stderr)
+        raise SystemExit(exit_status) from None
