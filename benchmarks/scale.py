@@ -494,9 +494,9 @@ def import_and_build(
     progress: Progress,
 ) -> tuple[dict, LabelledVectors, dict]:
     """Stream ``n`` draws into the collection (no index), the baseline (when planned) and the
-    exact top-k; then build the collection's graphs one at a time (each a reopen with one more
-    graph in the layout, the graphs before it loaded from the snapshot). Timings, the labels,
-    and the exact ids."""
+    exact top-k; then build the collection's graphs one at a time, widest first (each a reopen
+    with one more graph in the layout, the graphs before it loaded from the snapshot).
+    Timings, the labels, and the exact ids."""
     queries = real.queries
     texts = label_texts(real)
     labels = LabelledVectors(np.empty(0), np.empty(n, np.int32), np.empty(n, np.int32))
@@ -546,7 +546,9 @@ def import_and_build(
         import_breakdown = collection.stats().ingest_seconds
         graphs: list[int] = []
         graph_seconds: dict[str, dict] = {}
-        for dim in graph_dims(settings):
+        # Widest first: a graph is built (float32, then SQ8 from a copy of its vectors) while
+        # the ones before it are loaded, so the peak is lowest with the narrow ones loaded.
+        for dim in sorted(graph_dims(settings), reverse=True):
             graphs.append(dim)
             progress(f"N={n:,}: building the {dim}-d graph from the vector file")
             started = time.perf_counter()
