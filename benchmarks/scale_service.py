@@ -1,29 +1,41 @@
 """The tiered layout through the live service under load from ``wrk``: coarse, fine through C2F
 and (where built) fine through HNSW-256, with the Redis cache warm and cold.
 
-    python -m benchmarks scale --sizes 10000000 --keep-index runs/scale-10m   # builds the index
-    python -m benchmarks scale_service --index-dir runs/scale-10m --bundle runs/clinc150-d5/bundle
+    python -m benchmarks scale --sizes 10000000 --bundle runs/clinc150-d5/bundle \
+        --keep-index runs/scale-10m                                             # builds the index
+    python -m benchmarks scale_service --index-dir runs/scale-10m --bundle runs/clinc150-d5/bundle \
+        --fine-hnsw yes
     python -m benchmarks scale_service --smoke --bundle B --out /tmp/x   # ingests a tiny corpus
 
 The service (``python -m service``) opens ``--index-dir`` in the tiered layout
 (``FRACTAL_INDEX_KINDS=hnsw``, ``FRACTAL_FINE_INDEX_KINDS=none``: an HNSW graph at the coarse
-prefix, the full vectors memory-mapped for C2F's re-rank). Start-up time (the restart) and the
-service's anonymous resident memory (``RssAnon``) are read when it is ready. Queries are CLINC-150
-test utterances sent as ``GET /search`` by ``wrk`` (a compiled generator on the same cores; its
-own CPU is recorded). Each route is measured at every ``--connections`` for ``--seconds``:
+prefix, the full vectors memory-mapped for C2F's re-rank), with the HNSW parameters, graph
+storage and full-vector dtype the folder was built with: read from the record
+``benchmarks.scale --keep-index`` leaves in it (``scale_build.json``), so that the service loads
+the snapshot instead of rebuilding the graph (``--hnsw-storage`` / ``--full-vectors-dtype`` must
+agree with it when given). Start-up time (the restart) and the service's anonymous resident
+memory (``RssAnon``) are read when it is ready. Queries are CLINC-150 test utterances sent as
+``GET /search`` by ``wrk`` (a compiled generator on the same cores; its own CPU is recorded).
+Each route is measured at every ``--connections`` for ``--seconds``:
 
 - **warm**: with ``redis-server`` as the embedding cache, every query sent once before the cells,
   so the encoder is skipped and the cells time routing, index search and fetching;
 - **cold**: without a cache, the encoder runs for every request.
 
 With ``--fine-hnsw`` a second service opens the same folder with an HNSW graph at the fine prefix
-too (``FRACTAL_FINE_INDEX_KINDS=hnsw``; built at its first start and snapshotted) and the fine
-route is measured on it: what a user would run without the tiered layout. The comparison the
+too (``FRACTAL_FINE_INDEX_KINDS=hnsw``, in the same storage as the coarse graph: the service has
+one ``FRACTAL_HNSW_STORAGE``) and the fine route is measured on it. That graph is built first, in
+this process, into the folder's snapshot (:func:`build_fine_graph`; its time is reported), so
+that the service loads it at start; the snapshot then holds the coarse and fine graphs only (a
+128-d graph ``benchmarks.scale`` left there is dropped). The fine route is what a user would
+run without the tiered layout. The comparison the
 issue asks for is coarse QPS against that fine QPS, warm, at the same concurrency.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import tempfile
 import time
@@ -37,6 +49,10 @@ from matplotlib.figure import Figure
 from benchmarks.harness.markdown import bullet_list, markdown_table
 from benchmarks.harness.runner import Progress, bundle_folder, int_list, option
 from benchmarks.harness.wrk import run_wrk
+from benchmarks.scale import KEPT_RECORD
+from bundle import load_bundle
+from service.collection import open_collection
+from service.settings import Settings as ServiceSettings
 from support.client import FractalClient
 from support.processes import RedisServer, ServiceProcess, start_service
 from training.data.registry import load_dataset
@@ -49,6 +65,14 @@ ROUTES = {
     "fine_hnsw": {"granularity": "fine", "index": "hnsw"},
 }
 SMOKE_DOCUMENTS = 300
+
+
+def yes_no(text: str) -> bool:
+    """``yes`` / ``no`` (or true / false, 1 / 0) on the command line."""
+    words = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+    return words[text.lower()]
 
 
 @dataclass(frozen=True)
@@ -67,9 +91,17 @@ class Settings:
     queries: int = option(500, "distinct CLINC-150 test queries, cycled")
     ef_search: int = option(128, "HNSW efSearch of the coarse graph (FRACTAL_HNSW_EF_SEARCH)")
     c2f_factor: int = option(4, "C2F shortlist = k × factor (FRACTAL_C2F_FACTOR)")
-    hnsw_storage: str = option("flat", "the coarse graph's storage the index was built with")
-    full_vectors_dtype: str = option("float16", "the full vectors' dtype the index was built with")
-    fine_hnsw: bool = option(False, "also serve and measure fine through HNSW-256")
+    hnsw_storage: str | None = option(
+        None, "the graphs' storage the index was built with (default: the folder's record, or flat)"
+    )
+    full_vectors_dtype: str | None = option(
+        None,
+        "the full vectors' dtype the index was built with (default: the folder's record, or "
+        "float16)",
+    )
+    fine_hnsw: bool = option(
+        False, "also serve and measure fine through HNSW-256: yes or no", parse=yes_no
+    )
     encoder_threads: int = option(1, "ONNX Runtime threads of the service")
 
 
@@ -91,13 +123,37 @@ def search_paths(queries: Sequence[str], params: dict[str, str]) -> list[str]:
     ]
 
 
-def _service_settings(settings: Settings, redis_url: str | None, fine_hnsw: bool) -> dict:
+def built_with(index_dir: Path | None, settings: Settings) -> dict:
+    """How the index folder was built, as service settings: its ``benchmarks.scale`` record
+    when it has one, else the tiered layout with flat graphs and float16 vectors (the smoke
+    corpus is ingested with these). An option given must agree with the record: a mismatch
+    would rebuild every graph at start."""
+    given = {
+        key: getattr(settings, key)
+        for key in ("hnsw_storage", "full_vectors_dtype")
+        if getattr(settings, key) is not None
+    }
+    record = None if index_dir is None else index_dir / KEPT_RECORD
+    if record is None or not record.is_file():
+        return {**TIERED, "hnsw_storage": "flat", "full_vectors_dtype": "float16", **given}
+    built = json.loads(record.read_text(encoding="utf-8"))["service_settings"]
+    clashes = [
+        f"{key} {value} (built with {built[key]})"
+        for key, value in given.items()
+        if built[key] != value
+    ]
+    if clashes:
+        raise ValueError(f"{record}: the index was built otherwise: {', '.join(clashes)}")
+    return built
+
+
+def _service_settings(
+    settings: Settings, built: dict, redis_url: str | None, fine_hnsw: bool
+) -> dict:
     values: dict = {
-        **TIERED,
+        **built,
         "hnsw_ef_search": settings.ef_search,
         "c2f_factor": settings.c2f_factor,
-        "hnsw_storage": settings.hnsw_storage,
-        "full_vectors_dtype": settings.full_vectors_dtype,
         "encoder_threads": settings.encoder_threads,
         "snapshot_interval_s": 0,
         "max_k": K,
@@ -109,10 +165,14 @@ def _service_settings(settings: Settings, redis_url: str | None, fine_hnsw: bool
     return values
 
 
-def _smoke_corpus(bundle: Path, index_dir: Path, log: Path, settings: Settings) -> None:
+def _smoke_corpus(
+    bundle: Path, index_dir: Path, log: Path, settings: Settings, built: dict
+) -> None:
     """A tiny corpus ingested through the service, so that a smoke run needs no prebuilt index."""
     texts = list(load_dataset("clinc150", max_train=SMOKE_DOCUMENTS).train.texts)
-    service = start_service(bundle, index_dir, log, **_service_settings(settings, None, False))
+    service = start_service(
+        bundle, index_dir, log, **_service_settings(settings, built, None, False)
+    )
     try:
         with FractalClient(service.base_url) as client:
             client.add_documents([{"text": text} for text in texts[:SMOKE_DOCUMENTS]])
@@ -161,8 +221,33 @@ def _phase(
     }
 
 
+def build_fine_graph(settings: Settings, built: dict, index_dir: Path) -> dict:
+    """Build the fine HNSW graph into the folder's snapshot in this process, opening the folder
+    as the ``--fine-hnsw`` service does (:func:`service.collection.open_collection` with its
+    settings), so that the service loads it at start: it would build it before answering
+    ``/ready``, and snapshot it at shutdown only after a write. The seconds the open (the build)
+    and the snapshot took; nothing is built when the snapshot already holds the graph."""
+    values = _service_settings(settings, built, None, True)
+    opened = ServiceSettings(bundle_dir=settings.bundle, index_dir=index_dir, **values)
+    started = time.perf_counter()
+    collection = open_collection(opened, load_bundle(opened.bundle_dir))
+    try:
+        build_seconds = time.perf_counter() - started
+        rebuilt = collection.stats().recovery["rebuilt"]
+        started = time.perf_counter()
+        if rebuilt:
+            collection.snapshot()
+        return {
+            "rebuilt": rebuilt,
+            "build_seconds": build_seconds,
+            "snapshot_seconds": time.perf_counter() - started,
+        }
+    finally:
+        collection.close()
+
+
 def _serve(
-    settings: Settings, index_dir: Path, work: Path, fine_hnsw: bool, warm: bool
+    settings: Settings, built: dict, index_dir: Path, work: Path, fine_hnsw: bool, warm: bool
 ) -> tuple[ServiceProcess, float, RedisServer | None]:
     redis = None
     if warm:
@@ -175,7 +260,7 @@ def _serve(
         settings.bundle,
         index_dir,
         work / "service.log",
-        **_service_settings(settings, redis.url if redis else None, fine_hnsw),
+        **_service_settings(settings, built, redis.url if redis else None, fine_hnsw),
     )
     return service, started, redis
 
@@ -218,38 +303,44 @@ def run(settings: Settings, progress: Progress) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         index_dir = settings.index_dir
+        built = built_with(index_dir, settings)
         if index_dir is None:
             index_dir = work / "index"
             progress(f"ingesting {SMOKE_DOCUMENTS} documents into a fresh index")
-            _smoke_corpus(settings.bundle, index_dir, work / "service.log", settings)
+            _smoke_corpus(settings.bundle, index_dir, work / "service.log", settings, built)
         plan = [("tiered_warm", False, True), ("tiered_cold", False, False)]
+        fine_build = None
         if settings.fine_hnsw:
             plan += [("fine_hnsw_warm", True, True), ("fine_hnsw_cold", True, False)]
+            progress("building the fine HNSW graph into the folder's snapshot")
+            fine_build = build_fine_graph(settings, built, index_dir)
         phases: dict[str, dict] = {}
         for name, fine_hnsw, warm in plan:
             progress(f"starting the service ({name})")
-            service, started, redis = _serve(settings, index_dir, work, fine_hnsw, warm)
+            service, started, redis = _serve(settings, built, index_dir, work, fine_hnsw, warm)
             try:
                 routes = ["fine_hnsw"] if fine_hnsw else ["coarse", "c2f"]
-                phases[name] = _phase(
-                    service, started, routes, queries, settings, warm, progress
-                )
+                phases[name] = _phase(service, started, routes, queries, settings, warm, progress)
             finally:
                 service.shut_down()
                 if redis is not None:
                     redis.kill()
-            progress.checkpoint({"settings": _settings_json(settings), "phases": phases})
+            progress.checkpoint({"settings": _settings_json(settings, built), "phases": phases})
     return {
-        "settings": _settings_json(settings),
+        "settings": _settings_json(settings, built),
+        "fine_hnsw_build": fine_build,
         "phases": phases,
         "targets": targets(phases, settings),
     }
 
 
-def _settings_json(settings: Settings) -> dict:
+def _settings_json(settings: Settings, built: dict) -> dict:
     return {
-        key: (str(value) if isinstance(value, Path) else value)
-        for key, value in settings.__dict__.items()
+        "index built with": built,
+        **{
+            key: (str(value) if isinstance(value, Path) else value)
+            for key, value in settings.__dict__.items()
+        },
     }
 
 
@@ -262,34 +353,46 @@ def markdown(report: dict) -> str:
             f"{phase['documents']:,}",
             f"{phase['ready_seconds']:.1f}",
             f"{phase['rss_anon_bytes_at_ready'] / 2**20:,.0f}",
-            "—" if phase["rss_anon_bytes_per_document"] is None
+            "—"
+            if phase["rss_anon_bytes_per_document"] is None
             else f"{phase['rss_anon_bytes_per_document']:,.0f}",
         ]
         for name, phase in phases.items()
     ]
     cells = [
         [
-            cell["route"], cell["cache"], cell["connections"], f"{cell['qps']:.1f}",
-            f"{cell['p50_ms']:.1f}", f"{cell['p99_ms']:.1f}",
-            sum(cell["errors"].values()), f"{cell['client_cpu_percent']:.0f}",
+            cell["route"],
+            cell["cache"],
+            cell["connections"],
+            f"{cell['qps']:.1f}",
+            f"{cell['p50_ms']:.1f}",
+            f"{cell['p99_ms']:.1f}",
+            sum(cell["errors"].values()),
+            f"{cell['client_cpu_percent']:.0f}",
         ]
         for phase in phases.values()
         for cell in phase["cells"]
     ]
-    verdicts = [[t["target"], t["reached"], "met" if t["met"] else "**missed**"]
-                for t in report.get("targets", [])]  # none yet in a checkpoint
+    verdicts = [
+        [t["target"], t["reached"], "met" if t["met"] else "**missed**"]
+        for t in report.get("targets", [])
+    ]  # none yet in a checkpoint
     return "\n\n".join(
         [
             f"# The tiered layout through the live service, {first['documents']:,} documents",
             markdown_table(["target", "reached", "verdict"], verdicts),
             "## Start-up (a restart on the built folder) and anonymous memory",
+            *(
+                [f"Fine HNSW graph built before the fine service starts: `{fine}`"]
+                if (fine := report.get("fine_hnsw_build"))
+                else []
+            ),
             markdown_table(
                 ["service", "documents", "ready s", "RssAnon MiB", "RssAnon B/doc"], rows
             ),
             "## Load from wrk (GET /search, k = 10)",
             markdown_table(
-                ["route", "cache", "connections", "QPS", "p50 ms", "p99 ms", "errors",
-                 "wrk CPU %"],
+                ["route", "cache", "connections", "QPS", "p50 ms", "p99 ms", "errors", "wrk CPU %"],
                 cells,
             ),
             "## Settings\n\n" + bullet_list(report["settings"]),

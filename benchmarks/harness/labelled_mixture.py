@@ -2,7 +2,10 @@
 per intent, so that task quality (same-domain / same-intent precision) can be measured at 10M.
 
 - **Labelled real sentences** (:func:`labelled_real`): the V5 embeddings of every real sentence
-  (:func:`benchmarks.harness.search_data.head_embeddings`) with their labels: CLINC-150 intents
+  with their labels. The embeddings come from a V5 head trained in-process
+  (:func:`benchmarks.harness.search_data.head_embeddings`), or, given a bundle, from that bundle's
+  ONNX encoder (:func:`bundle_embeddings`, no torch), so that the vectors are in the space the
+  service serves for that bundle. The labels: CLINC-150 intents
   and their domains (from ``clinc150/domains.json``), Banking77's 77 intents as one more domain
   (``banking77``), and label -1 for the unlabelled sentences (CLINC's Wikipedia sentences and its
   out-of-scope rows). The queries are held-out CLINC-150 test texts.
@@ -26,7 +29,12 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from benchmarks.harness.search_data import CLINC_PARTS, head_embeddings, real_sentences
+from benchmarks.harness.search_data import (
+    CLINC_PARTS,
+    RealEmbeddings,
+    head_embeddings,
+    real_sentences,
+)
 
 UNLABELLED = -1
 BANKING77_DOMAIN = "banking77"
@@ -62,9 +70,42 @@ def _label_ids(names: list[str]) -> dict[str, int]:
     return {name: i for i, name in enumerate(names)}
 
 
-def labelled_real(data_dir: Path, num_queries: int, seed: int, progress: bool) -> LabelledReal:
+def bundle_embeddings(bundle_dir: Path, texts: list[str], progress: bool) -> RealEmbeddings:
+    """``texts`` embedded by the bundle's ONNX encoder (full, unnormalised vectors), on every
+    available core, in batches of similar token counts (:func:`bulk.embed.token_batches`)."""
+    from tokenizers import Tokenizer
+    from tqdm.auto import tqdm
+
+    from bulk.embed import DEFAULT_BATCH_TOKENS, token_batches
+    from bundle import TOKENIZER_FILE, load_bundle
+    from service.encoder import OnnxEncoder
+    from service.settings import available_cores
+
+    manifest = load_bundle(bundle_dir)
+    encoder = OnnxEncoder(bundle_dir, manifest, threads=available_cores())
+    tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
+    tokenizer.no_padding()
+    lengths = np.array([len(e.ids) for e in tokenizer.encode_batch(texts)], np.int64)
+    vectors = np.empty((len(texts), manifest.dim), np.float32)
+    with tqdm(total=len(texts), desc="embed", unit="text", disable=not progress) as bar:
+        for positions in token_batches(lengths, DEFAULT_BATCH_TOKENS):
+            vectors[positions] = encoder.encode([texts[p] for p in positions]).vectors
+            bar.update(len(positions))
+    description = {
+        "total": len(vectors),
+        "encoder": f"bundle {manifest.name} ({manifest.content_hash[:12]}), its ONNX encoder",
+        "bundle": str(bundle_dir),
+    }
+    return RealEmbeddings(vectors, description)
+
+
+def labelled_real(
+    data_dir: Path, num_queries: int, seed: int, progress: bool, bundle: Path | None = None
+) -> LabelledReal:
     """V5 embeddings of every real sentence with its labels; ``num_queries`` CLINC-150 test texts
-    (in scope, drawn at random) are held out as queries, the rest is the base set."""
+    (in scope, drawn at random) are held out as queries, the rest is the base set. With
+    ``bundle``, the embeddings are that bundle's (:func:`bundle_embeddings`); without, a V5
+    head's trained in-process (:func:`head_embeddings`)."""
     from training.data.banking77 import load_banking77
 
     sentences = real_sentences(data_dir)
@@ -90,7 +131,10 @@ def labelled_real(data_dir: Path, num_queries: int, seed: int, progress: bool) -
             label.setdefault(text, (intent_id[name], domain_id[BANKING77_DOMAIN], "banking77"))
     texts = [text for source in sentences.values() for text in source]
     labels = [label.get(text, (UNLABELLED, UNLABELLED, "unlabelled")) for text in texts]
-    embeddings = head_embeddings(("v5",), progress=progress)["v5"]
+    if bundle is None:
+        embeddings = head_embeddings(("v5",), progress=progress)["v5"]
+    else:
+        embeddings = bundle_embeddings(bundle, texts, progress)
     everything = LabelledVectors(
         embeddings.vectors,
         np.array([intent for intent, _, _ in labels], np.int32),

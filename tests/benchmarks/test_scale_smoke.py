@@ -31,19 +31,25 @@ def test_scale_smoke_run(tmp_path: Path) -> None:
     assert size["n"] == scale.SMOKE.sizes[0]
     routes = {row["route"] for row in size["sweeps"]}
     assert routes == {"coarse", "c2f", "hnsw256"}
+    shortlists = {row["shortlist_dim"] for row in size["sweeps"] if row["route"] == "c2f"}
+    assert shortlists == set(scale.SMOKE.shortlist_dims)
     for row in size["sweeps"]:
         for key in ("recall_at_10", "domain_p10", "intent_p10"):
             assert 0.0 <= row[key] <= 1.0, row
         assert row["index_p50_us"] > 0 and row["p50_us"] > 0
-    # The restart mapped the snapshot and the vector file: nothing was rebuilt.
-    recovery = size["memory"]["collection"]["recovery"]
-    assert recovery["rebuilt"] == {} and recovery["full_vectors"]["action"] == "mapped"
-    assert size["memory"]["collection"]["rss_anon_per_doc"] > 0
+    # Each layout's restart mapped the snapshot and the vector file: nothing was rebuilt.
+    assert set(size["memory"]["graphs"]) == {str(dim) for dim in scale.SMOKE.shortlist_dims}
+    for graph in size["memory"]["graphs"].values():
+        recovery = graph["recovery"]
+        assert recovery["rebuilt"] == {} and recovery["full_vectors"]["action"] == "mapped"
+        assert graph["rss_anon_per_doc"] > 0 and graph["faiss_bytes_per_doc"] > 0
+    assert set(size["points"]["c2f"]) == set(size["memory"]["graphs"])
     assert size["exact"]["256"]["domain_p10"] > 0.9  # toy domains are far apart
     assert {row["set"] for row in report["fidelity"]["rows"]} == {"real", "synthetic"}
     assert len(report["targets"]) == 8
     markdown = (tmp_path / "scale_smoke.md").read_text(encoding="utf-8")
     assert "## N = 20,000" in markdown and "Synthetic against real" in markdown
+    assert "Additional comparison, not a substitute for the target" in markdown
 
 
 def test_mixture_draws_in_reproducible_chunks_with_the_fitted_labels() -> None:
