@@ -41,6 +41,8 @@ CHUNK = 256
 """Documents added to an index per hold of the exclusive lock."""
 CHUNK_ROWS = 50_000
 """Rows read from the full vectors per step of an index build: bounded memory at any size."""
+SQ_TRAINING_SAMPLE = 100_000
+"""Rows an SQ8 graph built from scratch learns its value ranges from."""
 
 
 @dataclass(frozen=True)
@@ -220,8 +222,18 @@ class Collection:
         return fragment_unit(matrix, dim, self.fragment_dim)
 
     def _build(self, spec: IndexSpec, rows: np.ndarray) -> VectorIndex:
-        """A new index of ``spec`` over ``rows`` (every present row), filled chunk by chunk."""
-        index = create_index(spec.kind, spec.dim, self.hnsw, self.pq, self._codebooks(spec))
+        """A new index of ``spec`` over ``rows`` (every present row), filled chunk by chunk. An
+        SQ8 graph over enough rows learns its ranges from a sample of them first."""
+        training = None
+        if spec.kind == "hnsw" and len(rows) >= self.hnsw.sq_train_size:
+            sample = np.random.default_rng(0).choice(
+                len(rows), min(len(rows), SQ_TRAINING_SAMPLE), replace=False
+            )
+            rows_sample = np.sort(rows[sample])
+            training = self._map(spec.scoring, spec.dim, self._vectors.gather(rows_sample))
+        index = create_index(
+            spec.kind, spec.dim, self.hnsw, self.pq, self._codebooks(spec), training
+        )
         for start in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[start : start + CHUNK_ROWS]
             index.add(chunk, self._map(spec.scoring, spec.dim, self._vectors.gather(chunk)))
@@ -262,6 +274,10 @@ class Collection:
             "rebuilt": dict(sorted(loaded.problems.items())),
             "full_vectors": asdict(vectors_recovery),
         }
+        worked = loaded.problems or changes.added or changes.removed
+        self.opened_with_work = bool(self._count and (worked or vectors_recovery.rows_written))
+        """Whether opening rebuilt or caught up indexes over some documents: a snapshot now saves
+        the next start that work (at millions of documents, many minutes of graph building)."""
 
     # -- writing ---------------------------------------------------------------------------
 

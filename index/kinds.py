@@ -221,9 +221,13 @@ class HnswIndex(VectorIndex):
         params: HnswParams,
         index: faiss.IndexIDMap | None = None,
         deleted: np.ndarray | None = None,
+        training: np.ndarray | None = None,
     ) -> None:
+        """A new graph, or ``index`` as loaded; an SQ8 graph given ``training`` vectors learns
+        its ranges from them at once (a bulk build: no float32 graph first)."""
         if index is None:
-            index = faiss.IndexIDMap(_hnsw_graph(dim, params, None))
+            sample = training if params.storage == "sq8" else None
+            index = faiss.IndexIDMap(_hnsw_graph(dim, params, sample))
         super().__init__(dim, index)
         self.params = params
         self._deleted: set[int] = set() if deleted is None else {int(i) for i in deleted}
@@ -374,12 +378,14 @@ def create_index(
     hnsw: HnswParams,
     pq: PqParams,
     pq_codebooks: np.ndarray | None = None,
+    training: np.ndarray | None = None,
 ) -> VectorIndex:
-    """A new, empty index of ``kind``; a ``pq`` one uses ``pq_codebooks`` when given."""
+    """A new, empty index of ``kind``; a ``pq`` one uses ``pq_codebooks`` when given, an SQ8
+    ``hnsw`` one is trained on ``training`` when given."""
     if kind == "exact":
         return ExactIndex(dim)
     if kind == "hnsw":
-        return HnswIndex(dim, hnsw)
+        return HnswIndex(dim, hnsw, training=training)
     if kind == "pq":
         return PqIndex(dim, pq, codebooks=pq_codebooks)
     raise ValueError(f"unknown index kind {kind!r}; expected one of {', '.join(KINDS)}")

@@ -133,7 +133,8 @@ class Runtime:
         self._search_executor = search_executor
         self.cache = cache
         self.metrics = metrics
-        self._unsnapshotted_writes = False
+        # A start that rebuilt or caught up indexes snapshots like one that wrote.
+        self._unsnapshotted_writes = collection.opened_with_work
         self._snapshot_lock = threading.Lock()
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False

@@ -1,5 +1,6 @@
-"""The full vectors' file through the real service: a restart maps it, and a corrupted one is
-caught by its checksum at start and rebuilt from the store, with the same search results."""
+"""The full vectors' file through the real service: a restart maps it, a corrupted one is
+caught by its checksum at start and rebuilt from the store, with the same search results, and
+the rebuild is snapshotted at shutdown though nothing was written."""
 
 from __future__ import annotations
 
@@ -62,3 +63,8 @@ def test_restart_maps_the_file_and_a_corrupted_file_is_rebuilt(
         assert recovery["action"] == "rebuilt" and "checksum" in recovery["reason"]
         assert recovery["rows_written"] == len(TEXTS)
         assert _fine_hits(client) == before
+    assert server.stop() in GRACEFUL_EXITS  # no write, but the rebuild is snapshotted
+
+    server = launch(tiny_bundle_dir, index_dir, **SETTINGS)
+    with server.client() as client:
+        assert _recovery(client) == {"action": "mapped", "reason": None, "rows_written": 0}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import Collection
+from index import Collection, HnswParams
 
 DIM, COARSE = 32, 8
 
@@ -141,3 +141,20 @@ def test_float16_full_vectors_halve_the_file_and_keep_the_ranking(
     assert sizes["float16"] * 2 == sizes["float32"]
     single.close()
     half.close()
+
+
+def test_a_graph_built_over_many_rows_is_sq8_from_the_start(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    """Bulk import: documents first, no index; the SQ8 graph then learns its ranges from a
+    sample of the rows and is built once (no float32 graph and rebuild)."""
+    collection = Collection(tmp_path, DIM, (COARSE, DIM), layout={COARSE: (), DIM: ()})
+    add(collection, rng, [f"d{i}" for i in range(600)])
+    collection.snapshot()
+    collection.close()
+    params = HnswParams(storage="sq8", sq_train_size=500)
+    graph = Collection(tmp_path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()},
+                       hnsw=params)
+    stats = graph.stats().indexes["cosine-8-hnsw"]
+    assert stats["trained"] and stats["bytes_per_vector"] == COARSE and stats["vectors"] == 600
+    graph.close()
