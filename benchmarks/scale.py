@@ -146,6 +146,7 @@ class Settings:
         "leave the largest N's tiered collection here, a folder the service opens for --bundle "
         "(python -m benchmarks scale_service --index-dir DIR --bundle B)",
     )
+    tag: str = option("", "added to the result file names (one file per corpus size, say)")
     coarse_dim: int = 64
     dim: int = 256
     chunk: int = 100_000
@@ -171,6 +172,10 @@ SMOKE = Settings(
     import_batch=2500,
     toy_vectors=True,
 )
+
+
+def results_name(settings: Settings) -> str:
+    return "scale" + (f"_{settings.tag}" if settings.tag else "")
 
 
 # -- data -------------------------------------------------------------------------------------

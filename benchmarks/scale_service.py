@@ -103,9 +103,14 @@ class Settings:
         False, "also serve and measure fine through HNSW-256: yes or no", parse=yes_no
     )
     encoder_threads: int = option(1, "ONNX Runtime threads of the service")
+    tag: str = option("", "added to the result file names (one file per corpus size, say)")
 
 
 SMOKE = Settings(connections=(1, 4), seconds=1.0, queries=40, fine_hnsw=True)
+
+
+def results_name(settings: Settings) -> str:
+    return "scale_service" + (f"_{settings.tag}" if settings.tag else "")
 
 
 def rss_anon_bytes(pid: int) -> int:
