@@ -66,6 +66,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from benchmarks.harness.labelled_mixture import (
     LabelledMixture,
@@ -1099,7 +1100,7 @@ def _size_section(size: dict) -> str:
                 row(
                     "file pages resident after queries, MB",
                     [_f(graphs[dim]["rss_file_searched_bytes"] / 1e6) for dim in graphs],
-                    _f(baseline.get("rss_file_searched_bytes", 0) / 1e6),
+                    _f(baseline["rss_file_searched_bytes"] / 1e6) if baseline else "",
                 ),
                 row(
                     "restart (open in a fresh process), s",
@@ -1123,7 +1124,9 @@ def _size_section(size: dict) -> str:
                     f"{disk['collection']['allocated'] / n:,.1f} / "
                     f"{disk['collection']['apparent'] / n:,.1f}"
                 ),
-                "HNSW-256 on disk per doc, B": _f(disk.get("hnsw256", {}).get("apparent", 0) / n),
+                "HNSW-256 on disk per doc, B": (
+                    _f(disk["hnsw256"]["apparent"] / n) if "hnsw256" in disk else "not built"
+                ),
             }
         )
     )
@@ -1143,14 +1146,18 @@ def _size_section(size: dict) -> str:
         for dim, entry in points["c2f"].items()
     }
     plateau = points["coarse_plateau"]
+
+    def baseline_point(row: dict | None) -> str:
+        return _point(row, "ef") if plan["built"] else "not built (above)"
+
     lines.append(
         "Operating points (the smallest setting reaching the bar; ratios are HNSW-256's over "
         "the route's):\n\n"
         + bullet_list(
             {
                 **c2f_rows,
-                f"HNSW-256 at recall@10 ≥ {points['recall_bar']}": _point(
-                    points["hnsw256_at_recall"], "ef"
+                f"HNSW-256 at recall@10 ≥ {points['recall_bar']}": baseline_point(
+                    points["hnsw256_at_recall"]
                 ),
                 "best shortlist dim (least RAM reaching the bar)": points["best_shortlist_dim"]
                 or "none reaches it",
@@ -1162,8 +1169,8 @@ def _size_section(size: dict) -> str:
                         else f" (best {plateau['coarse_best_domain_p10']:.3f})"
                     )
                 ),
-                f"HNSW-256 at same-domain P@10 ≥ {points['domain_precision_bar']:.3f}": _point(
-                    points["hnsw256_at_domain_precision"], "ef"
+                f"HNSW-256 at same-domain P@10 ≥ {points['domain_precision_bar']:.3f}": (
+                    baseline_point(points["hnsw256_at_domain_precision"])
                 ),
                 "coarse p50 ratio at the target bar": _ratio_text(points["coarse_p50_ratio"]),
             }
@@ -1176,7 +1183,7 @@ def _size_section(size: dict) -> str:
         + bullet_list(
             {
                 "coarse": _point(plateau["coarse"], "ef"),
-                "HNSW-256": _point(plateau["hnsw256"], "ef"),
+                "HNSW-256": baseline_point(plateau["hnsw256"]),
                 "HNSW-256 / coarse index p50": _ratio_text(plateau["p50_ratio"]),
             }
         )
@@ -1244,6 +1251,7 @@ def _fidelity_section(check: dict) -> str:
 
 def markdown(report: dict) -> str:
     settings = report["settings"]
+    dims = ", ".join(map(str, settings["shortlist_dims"]))
     parts = [
         "# Scale: the tiered C2F collection against HNSW-256"
         + (" (smoke run)" if report["smoke"] else ""),
@@ -1254,7 +1262,7 @@ def markdown(report: dict) -> str:
         "calls them (query normalisation and the ids read from SQLite included). One query "
         f"per call, 1 FAISS thread, {settings['rounds']} round-robin rounds over every route and "
         f"setting. The collection's HNSW storage: {settings['storage']}; C2F shortlist dims: "
-        f"{settings['shortlist_dims']}. RAM per route is the anonymous RSS of a fresh process "
+        f"{dims}. RAM per route is the anonymous RSS of a fresh process "
         "that opens the folder with only the graph that route needs (the others stay on disk), "
         "beside that graph's size by FAISS's accounting.",
     ]
@@ -1331,7 +1339,8 @@ def plot(report: dict, path: Path) -> None:
         top.axhline(report["settings"]["recall_target"], color="grey", linestyle=":")
         top.set(title=f"N = {size['n']:,}", xlabel="index p50 µs", ylabel="recall@10", xscale="log")
         bottom.set(xlabel="index p50 µs", ylabel="precision@10", xscale="log")
-        top.legend(fontsize=7)
-        bottom.legend(fontsize=7)
+        for axis in (top, bottom):
+            axis.xaxis.set_minor_formatter(NullFormatter())
+            axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
