@@ -32,7 +32,7 @@ from index.fragments import check_fragment_dim, fragment_unit
 from index.kinds import KINDS, HnswParams, PqParams, VectorIndex, create_index, read_index
 from index.locking import ReadWriteLock
 from index.snapshot import load_snapshot, write_snapshot
-from index.store import ChangeSet, Document, Store
+from index.store import ChangeSet, Contents, Document, Store
 from index.vector_file import VectorFile
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
@@ -373,10 +373,10 @@ class Collection:
         """The stored document (its vector as it was given), or None."""
         return self._store.get(doc_id)
 
-    def get_many(self, doc_ids: Sequence[str]) -> list[Document | None]:
-        """The stored documents in the order of ``doc_ids`` (None where there is none), read
-        with one query."""
-        return self._store.get_many(doc_ids)
+    def contents_of(self, doc_ids: Sequence[str]) -> list[Contents | None]:
+        """The stored text and metadata in the order of ``doc_ids`` (None where there is no such
+        document), read with one query and without the vectors."""
+        return self._store.contents_of(doc_ids)
 
     def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
         spec = self._specs.get(IndexSpec(scoring, dim, kind).name)

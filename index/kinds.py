@@ -263,10 +263,14 @@ class HnswIndex(VectorIndex):
         return self._index.search(queries, k, params=search_params)
 
     @property
+    def _quantised(self) -> bool:
+        """Whether the graph stores SQ8 codes (else float32 vectors)."""
+        return isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
+
+    @property
     def trained(self) -> bool:
         """Whether the graph stores what its params ask for (SQ8 codes need training first)."""
-        quantised = isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
-        return quantised == (self.params.storage == "sq8")
+        return self._quantised == (self.params.storage == "sq8")
 
     def replacement(self) -> HnswIndex | None:
         """A fresh graph of the live vectors when tombstones are due for compaction, or when an
@@ -298,8 +302,7 @@ class HnswIndex(VectorIndex):
         )
 
     def bytes_per_vector(self) -> int:
-        quantised = isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
-        return self.dim if quantised else 4 * self.dim
+        return self.dim if self._quantised else 4 * self.dim
 
     def stats(self) -> dict:
         return {

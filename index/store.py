@@ -74,6 +74,15 @@ class Document:
 
 
 @dataclass(frozen=True)
+class Contents:
+    """What a search hit shows of a stored document: its id, text and metadata (no vector)."""
+
+    id: str
+    text: str
+    metadata: dict
+
+
+@dataclass(frozen=True)
 class Upserted:
     """What one upsert committed: per document, its new row and the row it replaced (if any)."""
 
@@ -257,19 +266,20 @@ class Store:
         )
         return None if row is None else _document(row)
 
-    def get_many(self, doc_ids: Sequence[str]) -> list[Document | None]:
-        """The documents with these ids in the same order (None where there is none), read with
-        one query (the ids travel as one JSON parameter, so there is no limit on their number)."""
+    def contents_of(self, doc_ids: Sequence[str]) -> list[Contents | None]:
+        """The text and metadata of the documents with these ids, in the same order (None where
+        there is none), read with one query (the ids travel as one JSON parameter, so there is
+        no limit on their number). The vectors stay unread: a search shows none."""
         rows = (
             self._reader()
             .execute(
-                f"SELECT {_DOCUMENT_COLUMNS} FROM documents "
+                "SELECT doc_id, text, metadata FROM documents "
                 "WHERE doc_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(doc_ids)),),
             )
             .fetchall()
         )
-        found = {row[0]: _document(row) for row in rows}
+        found = {doc_id: Contents(doc_id, text, json.loads(meta)) for doc_id, text, meta in rows}
         return [found.get(doc_id) for doc_id in doc_ids]
 
     def count(self) -> int:

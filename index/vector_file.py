@@ -178,7 +178,12 @@ class VectorFile:
             finally:
                 os.close(descriptor)
         record = VectorFileRecord(
-            FORMAT, store_id, self.dim, self.dtype, counter, self._rows,
+            FORMAT,
+            store_id,
+            self.dim,
+            self.dtype,
+            counter,
+            self._rows,
             _sha256(self._matrix[: self._rows]),
         )
         temporary = self.record_path.with_suffix(".tmp")

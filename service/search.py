@@ -175,7 +175,7 @@ class Searcher:
         """Each query's hits with their stored text and metadata, read with one store call (a
         document deleted meanwhile is dropped)."""
         ids = [hit.id for row in hits for hit in row]
-        stored = dict(zip(ids, self.collection.get_many(ids), strict=True))
+        stored = dict(zip(ids, self.collection.contents_of(ids), strict=True))
         return [
             [
                 Match(hit.id, hit.score, document.text, document.metadata)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.store import Document, Store
+from index.store import Contents, Document, Store
 
 
 def doc(
@@ -54,16 +54,16 @@ def test_delete_removes_known_ids_and_ignores_unknown_ones(tmp_path: Path) -> No
     store.close()
 
 
-def test_get_many_keeps_the_order_and_gives_none_for_unknown_ids(tmp_path: Path) -> None:
+def test_contents_of_keeps_the_order_and_gives_none_for_unknown_ids(tmp_path: Path) -> None:
     store = Store(tmp_path / "store.sqlite3", 4)
     store.upsert([doc("a", 1.0), doc("b", 2.0, metadata={"n": 2}), doc("c", 3.0)])
     store.delete(["c"])
-    found = store.get_many(["b", "missing", "a", "c", "b"])
+    found = store.contents_of(["b", "missing", "a", "c", "b"])
     assert [d and d.id for d in found] == ["b", None, "a", None, "b"]
     assert found[0] is not None and found[0].metadata == {"n": 2}
-    assert found[2] is not None and found[2].text == store.get("a").text
-    np.testing.assert_array_equal(found[2].vector, np.full(4, 1.0))
-    assert store.get_many([]) == []
+    stored_a = store.get("a")
+    assert found[2] == Contents("a", stored_a.text, stored_a.metadata)
+    assert store.contents_of([]) == []
     store.close()
 
 
