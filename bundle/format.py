@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -58,6 +59,11 @@ POOLING_MODES = ("mean", "cls")
 COARSE = "coarse"
 FINE = "fine"
 
+LABEL_PATH_SEPARATOR = " / "
+"""Joins the names on a label's path from the root into the name shown for it (``banking /
+balance``). A label is identified by its path, so one name may sit under several parents
+(``LOC / other``, ``NUM / other``)."""
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK_BYTES = 1 << 20
 
@@ -79,10 +85,74 @@ class Backbone:
 
 @dataclass(frozen=True)
 class HierarchyLevel:
-    """One level of the label hierarchy: its name and its label names, indexed by logit column."""
+    """One level of the label hierarchy: its name, its label names indexed by logit column and,
+    below the first level, ``parents[i]``: the id of label ``i``'s parent in the level above.
+
+    ``parents`` is None on the first level, and on every level of a manifest written before
+    parents were recorded (the JSON has no ``parents`` key): a label's path then starts at it.
+    """
 
     name: str
     labels: tuple[str, ...]
+    parents: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "labels": list(self.labels)}
+        if self.parents is not None:
+            data["parents"] = list(self.parents)
+        return data
+
+
+def label_paths(
+    level_names: Sequence[str],
+    labels: Sequence[Sequence[str]],
+    parents: Sequence[Sequence[int] | None],
+) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Every label's path from the root, names coarse first: ``paths[level][label_id]``.
+
+    ``parents[level]`` holds one parent id (in ``level - 1``) per label of ``level``, or None where
+    the parents are not known: the paths of that level then start there. The first level has no
+    parents (None or empty). Raises ValueError, naming the level, for parents on the first level,
+    a count other than one per label, an id that is not a label of the level above, or two labels
+    with the same path.
+    """
+    paths: list[tuple[tuple[str, ...], ...]] = []
+    for level, (level_name, names, ids) in enumerate(
+        zip(level_names, labels, parents, strict=True)
+    ):
+        if level == 0 and ids:
+            raise ValueError(f"level {level_name!r} is the first level and cannot have parents")
+        if ids is None or level == 0:
+            level_paths = tuple((name,) for name in names)
+        else:
+            above = paths[level - 1]
+            if len(ids) != len(names):
+                raise ValueError(
+                    f"level {level_name!r} has {len(names)} labels and {len(ids)} parent ids; "
+                    "it needs one parent id per label"
+                )
+            for name, parent in zip(names, ids, strict=True):
+                if not _is_int(parent) or not 0 <= parent < len(above):
+                    raise ValueError(
+                        f"level {level_name!r}: the parent of label {name!r} is {parent!r}, not "
+                        f"a label id of level {level_names[level - 1]!r} (0 to {len(above) - 1})"
+                    )
+            level_paths = tuple(
+                (*above[parent], name) for name, parent in zip(names, ids, strict=True)
+            )
+        if len(set(level_paths)) != len(level_paths):
+            twice = next(path for path in level_paths if level_paths.count(path) > 1)
+            raise ValueError(
+                f"level {level_name!r} has two labels with the path "
+                f"{LABEL_PATH_SEPARATOR.join(twice)!r}"
+            )
+        paths.append(level_paths)
+    return tuple(paths)
+
+
+def label_display_name(path: Sequence[str]) -> str:
+    """The name shown for a label: its path joined by :data:`LABEL_PATH_SEPARATOR`."""
+    return LABEL_PATH_SEPARATOR.join(path)
 
 
 @dataclass(frozen=True)
@@ -190,7 +260,8 @@ class Manifest:
 
     ``prefix_dims`` are the prefixes the service may serve, ascending and ending at ``dim``;
     ``granularity`` names two of them (``coarse`` and ``fine``). ``hierarchy`` lists levels coarse
-    first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them. ``files`` maps every
+    first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them, each label with its
+    parent's id in the level above (see :class:`HierarchyLevel`). ``files`` maps every
     bundle file but the manifest (POSIX path relative to the bundle) to its sha256.
     ``compression`` describes an objective's extra parts (MSHC); ``quantization`` is set when
     ``encoder.onnx`` was quantised after export.
@@ -223,6 +294,18 @@ class Manifest:
     def fine_dim(self) -> int:
         return self.granularity[FINE]
 
+    def label_display_names(self, level: int) -> tuple[str, ...]:
+        """The names shown for the labels of hierarchy ``level`` (negative counts from the
+        finest), by logit column: their paths from the root (:func:`label_display_name`)."""
+        if self.hierarchy is None:
+            raise ValueError("the manifest has no label hierarchy")
+        paths = label_paths(
+            [lv.name for lv in self.hierarchy],
+            [lv.labels for lv in self.hierarchy],
+            [lv.parents for lv in self.hierarchy],
+        )
+        return tuple(label_display_name(path) for path in paths[level])
+
     @property
     def content_hash(self) -> str:
         """A sha256 over the manifest, hence over every file's hash: the bundle's identity."""
@@ -234,7 +317,7 @@ class Manifest:
         data["hierarchy"] = (
             None
             if self.hierarchy is None
-            else {"levels": [{"name": lv.name, "labels": list(lv.labels)} for lv in self.hierarchy]}
+            else {"levels": [level.to_json() for level in self.hierarchy]}
         )
         data["compression"] = None if self.compression is None else self.compression.to_json()
         if self.quantization is None:
@@ -308,13 +391,21 @@ def _parse_hierarchy(value: object) -> tuple[HierarchyLevel, ...] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("levels"), list):
-        raise _fail("hierarchy", 'must be an object {"levels": [{"name", "labels"}, ...]}')
+        raise _fail(
+            "hierarchy", 'must be an object {"levels": [{"name", "labels", "parents"}, ...]}'
+        )
     levels = []
     for position, level in enumerate(value["levels"]):
         if not isinstance(level, dict) or "name" not in level or "labels" not in level:
-            raise _fail(f"hierarchy level {position}", 'must be {"name": ..., "labels": [...]}')
+            raise _fail(
+                f"hierarchy level {position}",
+                'must be {"name": ..., "labels": [...]} (+ "parents": [...] below the first)',
+            )
         labels = _tuple_field(level["labels"], f"hierarchy level {position} labels")
-        levels.append(HierarchyLevel(name=level["name"], labels=labels))
+        parents = level.get("parents")
+        if parents is not None:
+            parents = _tuple_field(parents, f"hierarchy level {position} parents")
+        levels.append(HierarchyLevel(name=level["name"], labels=labels, parents=parents))
     return tuple(levels)
 
 
@@ -415,6 +506,14 @@ def _check_hierarchy(levels: tuple[HierarchyLevel, ...]) -> None:
             raise _fail(f"hierarchy level {position}", "needs a non-empty name")
         if not level.labels or not all(isinstance(label, str) for label in level.labels):
             raise _fail(f"hierarchy level {level.name!r}", "needs a non-empty list of label names")
+    try:
+        label_paths(
+            [level.name for level in levels],
+            [level.labels for level in levels],
+            [level.parents for level in levels],
+        )
+    except ValueError as exc:
+        raise _fail("hierarchy", str(exc)) from exc
 
 
 def _check_compression(compression: object, prefix_dims: tuple[int, ...]) -> None:

@@ -15,6 +15,10 @@ Why max softmax: on the small CLINC-150 V5 bundle of the tests (1,500 training t
 whose fine confidence is ≥ 0.5 (73% of the test set) get the right intent 94% of the time, the
 others 59%; intent-level retrieval pays only where the intent is recognisable.
 
+Each decision names the labels the heads chose by their paths from the root, joined by
+:data:`bundle.LABEL_PATH_SEPARATOR` (``banking / balance``); a bundle whose manifest predates
+recorded parents shows the bare label names.
+
 A bundle without ``heads.onnx`` (the identity bundle) always routes to fine, and says so.
 """
 
@@ -63,9 +67,9 @@ class GranularityRouter:
         self.coarse_threshold = coarse_threshold
         self.has_heads = HEADS_FILE in manifest.files and manifest.hierarchy is not None
         self._session = onnx_session(bundle_dir / HEADS_FILE, 1) if self.has_heads else None
-        levels = manifest.hierarchy or ()
-        self._coarse_labels = levels[0].labels if levels else ()
-        self._fine_labels = levels[-1].labels if levels else ()
+        # Labels are shown as their paths from the root ("banking / balance").
+        self._coarse_labels = manifest.label_display_names(0) if self.has_heads else ()
+        self._fine_labels = manifest.label_display_names(-1) if self.has_heads else ()
 
     def decide(self, vectors: np.ndarray) -> list[AutoDecision]:
         """One decision per full (unnormalised) query vector."""

@@ -11,12 +11,16 @@ It is shaped like the identity bundle of MiniLM (objective ``identity``, no head
 - ``manifest.json``: written and checked by the bundle package (:func:`bundle.write_manifest`,
   :func:`bundle.load_bundle`).
 
+:func:`add_fixed_heads` gives a tiny bundle a ``heads.onnx`` whose heads pick the same labels
+for every text, and the label hierarchy they name, for tests of what ``granularity=auto`` reports.
+
 The same seed gives the same files, hence the same bundle hash.
 """
 
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +31,16 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from bundle import (
     ATTENTION_MASK,
     COARSE,
+    COARSE_LOGITS,
     EMBEDDING,
     ENCODER_FILE,
     FINE,
+    FINE_LOGITS,
+    HEADS_FILE,
     INPUT_IDS,
     TOKENIZER_FILE,
     Backbone,
+    HierarchyLevel,
     Manifest,
     load_bundle,
     write_manifest,
@@ -136,3 +144,50 @@ def build_tiny_bundle(out_dir: Path) -> Manifest:
         ),
     )
     return load_bundle(out_dir)
+
+
+def fixed_heads(
+    num_coarse: int, num_fine: int, coarse_choice: int, fine_choice: int
+) -> onnx.ModelProto:
+    """embedding (float32, [batch, DIM]) → coarse_logits [batch, num_coarse] and fine_logits
+    [batch, num_fine] that ignore the embedding: 20 for the chosen label, 0 for the others, so
+    the heads pick ``coarse_choice`` and ``fine_choice`` with softmax > 0.99 for every text."""
+    initializers, nodes, outputs = [], [], []
+    for name, width, choice in (
+        (COARSE_LOGITS, num_coarse, coarse_choice),
+        (FINE_LOGITS, num_fine, fine_choice),
+    ):
+        bias = np.zeros(width, np.float32)
+        bias[choice] = 20.0
+        initializers += [
+            numpy_helper.from_array(np.zeros((DIM, width), np.float32), f"{name}_weight"),
+            numpy_helper.from_array(bias, f"{name}_bias"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [EMBEDDING, f"{name}_weight"], [f"{name}_zero"]),
+            helper.make_node("Add", [f"{name}_zero", f"{name}_bias"], [name]),
+        ]
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", width]))
+    graph = helper.make_graph(
+        nodes,
+        "fixed_heads",
+        [helper.make_tensor_value_info(EMBEDDING, TensorProto.FLOAT, ["batch", DIM])],
+        outputs,
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def add_fixed_heads(
+    bundle_dir: Path, hierarchy: tuple[HierarchyLevel, ...], coarse_choice: int, fine_choice: int
+) -> Manifest:
+    """Add :func:`fixed_heads` (over the first and last level of ``hierarchy``) to the tiny
+    bundle in ``bundle_dir``, record ``hierarchy`` in its manifest, and return it as read back."""
+    heads = fixed_heads(
+        len(hierarchy[0].labels), len(hierarchy[-1].labels), coarse_choice, fine_choice
+    )
+    onnx.save(heads, bundle_dir / HEADS_FILE)
+    write_manifest(bundle_dir, replace(load_bundle(bundle_dir), hierarchy=hierarchy))
+    return load_bundle(bundle_dir)

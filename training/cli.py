@@ -66,6 +66,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--label-delimiter", help="generic files: splits a label into levels")
     group.add_argument("--level-names", type=_name_list, help="generic files: level names (a,b)")
     group.add_argument("--test-fraction", type=float, help="generic single file: test share")
+    group.add_argument(
+        "--encoding", help="generic files: their text encoding, e.g. latin-1 (default: utf-8)"
+    )
     _add_encoder_options(parser)
 
 
@@ -112,6 +115,7 @@ def _data_config(args: argparse.Namespace):
             "label_delimiter",
             "level_names",
             "test_fraction",
+            "encoding",
         )
         if getattr(args, key) is not None
     }
@@ -194,6 +198,7 @@ def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None
         list(data.hierarchy.level_names),
         pairs=pairs,
         title=f"Fractal evaluation: {first.data.dataset}",
+        hierarchy=data.hierarchy,
     )
     print(f"report: {files.markdown}")
     return out

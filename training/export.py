@@ -37,7 +37,6 @@ from bundle import (
     Backbone,
     BundleError,
     Compression,
-    HierarchyLevel,
     Manifest,
     check_out_dir,
     install_bundle,
@@ -312,12 +311,7 @@ def export_bundle(
             granularity=dict(granularity),
             fragment_dim=fragment_dim,
             compression=compression,
-            hierarchy=None
-            if hierarchy is None
-            else tuple(
-                HierarchyLevel(level, labels)
-                for level, labels in zip(hierarchy.level_names, hierarchy.label_names, strict=True)
-            ),
+            hierarchy=None if hierarchy is None else hierarchy.manifest_levels(),
             evaluation=evaluation,
             onnx_max_abs_diff=0.0,
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -67,7 +67,9 @@ class AutoRouteOut(FromAttributes):
     reason: str
     coarse_label: str | None
     coarse_confidence: float | None
-    fine_label: str | None
+    fine_label: str | None = Field(
+        description="The fine head's label, as its path from the root (e.g. 'banking / balance')."
+    )
     fine_confidence: float | None
 
 

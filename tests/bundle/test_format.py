@@ -46,7 +46,7 @@ def _manifest(**changes: object) -> Manifest:
         "granularity": {"coarse": 64, "fine": 256},
         "hierarchy": (
             HierarchyLevel("domain", ("banking", "travel")),
-            HierarchyLevel("intent", ("balance", "transfer", "book_flight")),
+            HierarchyLevel("intent", ("balance", "transfer", "book_flight"), (0, 0, 1)),
         ),
         "evaluation": {"knn_accuracy": {"64": 0.9, "256": 0.8}},
         "onnx_max_abs_diff": 1.5e-6,
@@ -83,6 +83,16 @@ def test_round_trip(bundle_dir: Path) -> None:
     assert set(manifest.files) == {ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, "plots/accuracy.png"}
     assert (manifest.coarse_dim, manifest.fine_dim) == (64, 256)
     assert manifest.hierarchy[1].labels == ("balance", "transfer", "book_flight")
+    assert (manifest.hierarchy[0].parents, manifest.hierarchy[1].parents) == (None, (0, 0, 1))
+    assert manifest.label_display_names(0) == ("banking", "travel")
+    assert manifest.label_display_names(-1) == (
+        "banking / balance", "banking / transfer", "travel / book_flight"
+    )  # fmt: skip
+    levels = json.loads((bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["hierarchy"]
+    assert levels == {"levels": [
+        {"name": "domain", "labels": ["banking", "travel"]},
+        {"name": "intent", "labels": ["balance", "transfer", "book_flight"], "parents": [0, 0, 1]},
+    ]}  # fmt: skip
     assert manifest.evaluation == {"knn_accuracy": {"64": 0.9, "256": 0.8}}
     assert len(manifest.content_hash) == 64
 
@@ -175,6 +185,35 @@ def test_heads_without_hierarchy(bundle_dir: Path) -> None:
         (lambda m: m["backbone"].pop("hidden_size"), "backbone is missing hidden_size"),
         (lambda m: m.update(hierarchy={"levels": []}), "hierarchy must have at least one level"),
         (lambda m: m.update(hierarchy=[]), "hierarchy must be an object"),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(parents=[0]),
+            "hierarchy level 'intent' has 3 labels and 1 parent ids; it needs one parent id per",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(parents=[0, 0, 2]),
+            r"hierarchy level 'intent': the parent of label 'book_flight' is 2, not a label id "
+            r"of level 'domain' \(0 to 1\)",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(parents=[0, "0", 1]),
+            "the parent of label 'transfer' is '0', not a label id",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(parents=[0, True, 1]),
+            "the parent of label 'transfer' is True, not a label id",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(parents="0,0,1"),
+            "hierarchy level 1 parents must be a list",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][0].update(parents=[0, 0]),
+            "hierarchy level 'domain' is the first level and cannot have parents",
+        ),
+        (
+            lambda m: m["hierarchy"]["levels"][1].update(labels=["balance", "balance", "x"]),
+            "hierarchy level 'intent' has two labels with the path 'banking / balance'",
+        ),
         (lambda m: m.update(onnx_max_abs_diff=-1), "onnx_max_abs_diff must be a finite number"),
         (lambda m: m.update(evaluation=None), "evaluation must be an object"),
         (lambda m: m.update(quantization="int8"), "quantization must be an object"),
@@ -187,6 +226,35 @@ def test_invalid_manifest(bundle_dir: Path, edit: Callable[[dict], None], messag
     _edit_manifest(bundle_dir, edit)
     with pytest.raises(BundleError, match=message):
         load_bundle(bundle_dir)
+
+
+def test_manifest_without_parents_still_loads_with_bare_names(bundle_dir: Path) -> None:
+    """Parents came after format 1 shipped: a manifest without them reads (its labels are shown
+    by name alone) and rewrites byte for byte, so its content hash is unchanged."""
+    path = bundle_dir / MANIFEST_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["hierarchy"]["levels"][1]["parents"]
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"  # as written
+    path.write_text(text, encoding="utf-8")
+    manifest = load_bundle(bundle_dir)
+    assert manifest.hierarchy[1].parents is None
+    assert manifest.label_display_names(-1) == ("balance", "transfer", "book_flight")
+    assert write_manifest(bundle_dir, manifest).content_hash == manifest.content_hash
+    assert path.read_text(encoding="utf-8") == text
+
+
+def test_one_name_under_two_parents_is_two_labels(bundle_dir: Path) -> None:
+    hierarchy = (
+        HierarchyLevel("type", ("LOC", "NUM")),
+        HierarchyLevel("detail", ("city", "other", "other"), (0, 0, 1)),
+    )
+    written = write_manifest(bundle_dir, _manifest(hierarchy=hierarchy))
+    assert load_bundle(bundle_dir) == written
+    assert written.label_display_names(1) == ("LOC / city", "LOC / other", "NUM / other")
+    with pytest.raises(BundleError, match="two labels with the path 'LOC / other'"):
+        _manifest(hierarchy=(hierarchy[0], HierarchyLevel("detail", ("other", "other"), (0, 0))))
+    with pytest.raises(ValueError, match="no label hierarchy"):
+        _manifest(hierarchy=None).label_display_names(0)
 
 
 def test_manifest_checks_its_fields_when_built() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from bundle import load_bundle
 from training.cli import main
+from training.head_job import load_run
 
 
 def _write(path: Path, text: str) -> Path:
@@ -20,6 +21,12 @@ def _write(path: Path, text: str) -> Path:
 
 def _rows(rows: list[tuple[str, str]]) -> str:
     return "text,label\n" + "".join(f"{text},{label}\n" for text, label in rows)
+
+
+def _write_latin_1(path: Path, first_text: str) -> Path:
+    """A CSV in Latin-1 whose first row's text is ``first_text``: two levels, two labels each."""
+    path.write_bytes(_rows([(first_text, "A:x"), ("b", "B:y")] * 5).encode("latin-1"))
+    return path
 
 
 @pytest.mark.parametrize(
@@ -42,17 +49,19 @@ def _rows(rows: list[tuple[str, str]]) -> str:
             "single label",
         ),
         (
+            lambda tmp: ["train", "--dataset", str(_write_latin_1(tmp / "latin.csv", "café"))],
+            "byte 0xe9 at offset 14 is not valid utf-8; pass --encoding (e.g. --encoding latin-1)",
+        ),
+        (
             lambda tmp: [
-                "train",
-                "--dataset",
-                str(
-                    _write(
-                        tmp / "parents.csv",
-                        _rows([("a", "A:x"), ("b", "B:x"), ("c", "A:y"), ("d", "B:z")] * 5),
-                    )
-                ),
+                "train", "--dataset", str(_write_latin_1(tmp / "latin.csv", "café")),
+                "--encoding", "klingon",
             ],
-            "two",
+            "unknown encoding 'klingon'",
+        ),
+        (
+            lambda tmp: ["train", "--dataset", "clinc150", "--encoding", "latin-1"],
+            "options encoding apply to your own files",
         ),
         (
             lambda tmp: [
@@ -123,3 +132,85 @@ def test_run_trains_evaluates_and_exports_a_bundle(tmp_path: Path) -> None:
         assert (out / "bundle" / name).is_file()
     runs = sorted(p.name for p in (out / "runs").iterdir())
     assert runs == ["mrl-seed123", "mrl-seed42", "v5-seed123", "v5-seed42"]
+
+
+# Six fine labels in three coarse ones; "other" under all three, so it is three labels. Latin-1.
+QUESTIONS = {
+    "LOC:city": [
+        "Which city is home to the Louvre?", "Where is Zürich?", "What city hosts the Prado?",
+        "Which city has the Golden Gate Bridge?", "What is the capital of Peru?",
+        "Which city is called the Big Apple?", "Where is the Kremlin?",
+        "What city is Café Central in?",
+    ],
+    "LOC:other": [
+        "Which mountain range crosses Nepal?", "Where does the Nile begin?",
+        "Which desert covers most of Algeria?", "What sea lies between Italy and Greece?",
+        "Which lake borders Genève?", "Where is the Mariana Trench?",
+        "Which river flows through Köln?", "Which island is the largest on Earth?",
+    ],
+    "NUM:count": [
+        "How many moons does Mars have?", "How many keys are on a piano?",
+        "How many bones are in a human hand?", "How many players are on a football team?",
+        "How many states are in the USA?", "How many strings does a violin have?",
+        "How many legs does a spider have?", "How many cantons does Switzerland have?",
+    ],
+    "NUM:other": [
+        "What is the speed of light?", "How hot is the surface of Venus?",
+        "How tall is Mount Everest?", "How far is the Moon from the Earth?",
+        "How much does a blue whale weigh?", "How deep is Lake Baikal?",
+        "What is the boiling point of water?", "How long is the Great Wall?",
+    ],
+    "ENTY:animal": [
+        "What is the fastest land animal?", "Which bird cannot fly but swims?",
+        "What animal has black and white stripes?", "Which mammal lays eggs?",
+        "What is the largest living reptile?", "Which fish can inflate itself?",
+        "What animal is the symbol of WWF?", "Which insect makes honey?",
+    ],
+    "ENTY:other": [
+        "Which instrument has 47 strings?", "What language is spoken in Québec?",
+        "What sport uses a shuttlecock?", "Which metal is liquid at room temperature?",
+        "What dish is crème brûlée?", "Which colour do you get from blue and yellow?",
+        "What game uses a rook and a bishop?", "What currency does Japan use?",
+    ],
+}
+
+
+def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FRACTAL_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [(text, label) for label, texts in QUESTIONS.items() for text in texts]
+    content = _rows(rows).encode("latin-1")
+    data = tmp_path / "questions.csv"
+    data.write_bytes(content)
+    out = tmp_path / "run"
+    args = ["run", "--dataset", str(data), "--level-names", "type,detail", "--objectives", "v5",
+            "--seeds", "42", "--epochs", "1", "--batch-size", "8", "--lr", "1e-3",
+            "--out", str(out), "--no-progress"]  # fmt: skip
+
+    assert main(args) == 2
+    offset = content.index("ü".encode("latin-1"))
+    assert capsys.readouterr().err == (
+        f"error: {data}: byte 0xfc at offset {offset} is not valid utf-8; pass --encoding "
+        "(e.g. --encoding latin-1)\n"
+    )
+    assert not out.exists()
+
+    assert main([*args, "--encoding", "latin-1"]) == 0
+    others = {"ENTY / other", "LOC / other", "NUM / other"}
+    manifest = load_bundle(out / "bundle")
+    assert [level.name for level in manifest.hierarchy] == ["type", "detail"]
+    assert manifest.hierarchy[1].labels.count("other") == 3
+    assert others < set(manifest.label_display_names(-1))
+    assert len(manifest.label_display_names(-1)) == 6
+    report = json.loads((out / "bundle" / "report.json").read_text())
+    assert others < set(report["labels"][1]["labels"])
+    assert "LOC / other" in (out / "bundle" / "report.md").read_text()
+
+    run = load_run(out / "runs" / "v5-seed42")
+    assert run.data.generic_options["encoding"] == "latin-1"
+    splits = run.data.load()  # what `fractal evaluate` and `fractal export` read again
+    assert {"Where is Zürich?", "What dish is crème brûlée?"} <= set(
+        splits.train.texts + splits.test.texts
+    )
+    assert splits.hierarchy.to_json()["levels"] == manifest.to_json()["hierarchy"]["levels"]

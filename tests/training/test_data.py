@@ -12,7 +12,12 @@ import pytest
 
 from training.data.banking77 import load_banking77
 from training.data.clinc import load_clinc150
-from training.data.dataset import DatasetSplits, HierarchicalDataset
+from training.data.dataset import (
+    DatasetSplits,
+    HierarchicalDataset,
+    LabelHierarchy,
+    build_hierarchy,
+)
 from training.data.generic import detect_label_delimiter, load_labelled_files
 from training.data.hub import (
     ensure_banking77_files,
@@ -306,10 +311,151 @@ def test_folder_without_train_and_test_files(tmp_path: Path) -> None:
         load_labelled_files(tmp_path)
 
 
-def test_hierarchy_checks_still_apply(tmp_path: Path) -> None:
-    path = _write(tmp_path / "parents.txt", "a:x one\na:x two\nb:x three\nb:y four\n")
-    with pytest.raises(FractalError, match="'x' appears under two level0 labels"):
+OTHER_LINES = """\
+LOC:city What is the capital of Peru?
+LOC:city Which city hosts the Louvre?
+LOC:other Where is the Golden Gate Bridge?
+LOC:other Which mountain range crosses Nepal?
+NUM:count How many moons does Mars have?
+NUM:count How many keys are on a piano?
+NUM:other What is the speed of light?
+NUM:other How hot is the surface of Venus?
+ENTY:other What is the fastest land animal?
+ENTY:other Which instrument has 47 strings?
+"""
+
+
+def test_a_name_under_several_parents_is_one_label_per_path(tmp_path: Path) -> None:
+    splits = load_labelled_files(_write(tmp_path / "other.txt", OTHER_LINES), test_fraction=0.5)
+    hierarchy = splits.hierarchy
+    assert hierarchy.label_names == (
+        ("ENTY", "LOC", "NUM"),
+        ("city", "count", "other", "other", "other"),
+    )
+    assert hierarchy.parents == ((), (1, 2, 0, 1, 2))
+    assert hierarchy.display_names(1) == (
+        "LOC / city", "NUM / count", "ENTY / other", "LOC / other", "NUM / other"
+    )  # fmt: skip
+    assert hierarchy.path(1, 3) == ("LOC", "other") and hierarchy.display_name(0, 2) == "NUM"
+    assert hierarchy.num_classes(1) == 5 and hierarchy.depth == 2
+    assert splits.train.hierarchy is splits.test.hierarchy
+    paths = {
+        text: hierarchy.path(1, int(row[1]))
+        for part in (splits.train, splits.test)
+        for text, row in zip(part.texts, part.labels, strict=True)
+    }
+    assert paths["Which mountain range crosses Nepal?"] == ("LOC", "other")
+    assert paths["What is the speed of light?"] == ("NUM", "other")
+    assert paths["Which instrument has 47 strings?"] == ("ENTY", "other")
+    assert _one_parent_each(splits)
+    for part in (splits.train, splits.test):
+        assert all(hierarchy.parents[1][fine] == coarse for coarse, fine in part.labels)
+    assert hierarchy.to_json()["levels"] == [
+        {"name": "level0", "labels": ["ENTY", "LOC", "NUM"]},
+        {"name": "level1", "labels": ["city", "count", "other", "other", "other"],
+         "parents": [1, 2, 0, 1, 2]},
+    ]  # fmt: skip
+
+
+def test_label_ids_keep_the_name_order_when_names_do_not_repeat() -> None:
+    """Paths sort by their last name first: the ids of hierarchies without repeated names (every
+    run trained before labels were paths) are the plain sorted names, as they always were."""
+    rows = [("t1", ("b", "y")), ("t2", ("a", "z")), ("t3", ("b", "x")), ("t4", ("a", "w"))]
+    hierarchy = build_hierarchy("d", ("coarse", "fine"), rows, ["train"] * 4)["train"].hierarchy
+    assert hierarchy.label_names == (("a", "b"), ("w", "x", "y", "z"))
+    assert hierarchy.parents == ((), (0, 1, 1, 0))
+
+
+def test_three_levels_with_repeated_names_at_two_levels() -> None:
+    rows = [
+        ("t1", ("a", "misc", "other")),
+        ("t2", ("b", "misc", "other")),
+        ("t3", ("a", "misc", "x")),
+        ("t4", ("a", "main", "other")),
+    ]
+    hierarchy = build_hierarchy("d", ("l0", "l1", "l2"), rows, ["train"] * 4)["train"].hierarchy
+    assert hierarchy.display_names(1) == ("a / main", "a / misc", "b / misc")
+    assert hierarchy.display_names(2) == (
+        "a / main / other", "a / misc / other", "b / misc / other", "a / misc / x"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([("t1", ("a", "x")), ("t2", ("b", ""))], "row 2 has an empty fine label"),
+        ([("t1", ("a", "x")), ("t2", ("b",))], r"row 2 has 1 label level\(s\), expected 2"),
+        ([("t1", ("a", "x")), ("t2", ("a", "y"))], "level 'coarse' has a single label \\('a'\\)"),
+        ([("t1", ("a", "x")), ("t2", ("b", "x"))], None),
+        ([("t1", ("a", "x")), ("  ", ("b", "y"))], "row 2 has an empty text"),
+    ],
+)
+def test_hierarchy_checks_still_apply(rows: list, message: str | None) -> None:
+    if message is None:  # the same name under two parents: two labels, no error
+        built = build_hierarchy("d", ("coarse", "fine"), rows, ["train"] * len(rows))
+        assert built["train"].hierarchy.display_names(1) == ("a / x", "b / x")
+        return
+    with pytest.raises(FractalError, match=message):
+        build_hierarchy("d", ("coarse", "fine"), rows, ["train"] * len(rows))
+
+
+@pytest.mark.parametrize(
+    ("parents", "message"),
+    [
+        (((), (0, 1)), "level 'fine' has 3 labels and 2 parent ids"),
+        (((), (0, 1, 2)), "the parent of label 'z' is 2, not a label id of level 'coarse'"),
+        (((), (0, 0, 0)), "level 'fine' has two labels with the path 'a / x'"),
+        (((0, 1), (0, 0, 1)), "level 'coarse' is the first level and cannot have parents"),
+        (((),), "2 level names, 2 label lists and 1 parent lists"),
+    ],
+)
+def test_label_hierarchy_checks_its_parents(parents: tuple, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LabelHierarchy(("coarse", "fine"), (("a", "b"), ("x", "x", "z")), parents)
+
+
+# --- generic loader: encodings ---------------------------------------------------------------
+
+LATIN_1_ROWS = (
+    "text,label\ncafé au lait,food:drink\ntea,food:drink\nZürich,place:city\nOslo,place:city\n"
+)
+
+
+def test_latin_1_file_needs_its_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes(LATIN_1_ROWS.encode("latin-1"))
+    offset = LATIN_1_ROWS.encode("latin-1").index(b"\xe9")
+    with pytest.raises(FractalError) as error:
         load_labelled_files(path, test_fraction=0.5)
+    assert str(error.value) == (
+        f"{path}: byte 0xe9 at offset {offset} is not valid utf-8; "
+        "pass --encoding (e.g. --encoding latin-1)"
+    )
+    splits = load_labelled_files(path, test_fraction=0.5, encoding="latin-1")
+    texts = set(splits.train.texts + splits.test.texts)
+    assert texts == {"café au lait", "tea", "Zürich", "Oslo"}
+    assert splits.hierarchy.label_names == (("food", "place"), ("city", "drink"))
+
+
+def test_utf_8_byte_order_mark_is_dropped_and_unknown_encodings_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + LATIN_1_ROWS.encode("utf-8"))
+    splits = load_labelled_files(path, test_fraction=0.5)  # the header is "text", not "\ufefftext"
+    assert "Zürich" in splits.train.texts + splits.test.texts
+    assert load_labelled_files(path, test_fraction=0.5, encoding="UTF8").train.texts == (
+        splits.train.texts
+    )
+    with pytest.raises(FractalError, match="unknown encoding 'klingon': give a Python codec"):
+        load_labelled_files(path, encoding="klingon")
+
+
+def test_registry_passes_the_encoding_on(tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes(LATIN_1_ROWS.encode("latin-1"))
+    splits = load_dataset(str(path), encoding="latin-1", test_fraction=0.5)
+    assert "café au lait" in splits.train.texts + splits.test.texts
+    with pytest.raises(FractalError, match="options encoding apply to your own files"):
+        load_dataset("clinc150", encoding="latin-1")
 
 
 # --- hub fallback ----------------------------------------------------------------------------

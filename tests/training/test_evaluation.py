@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from training.data.dataset import build_hierarchy
 from training.evaluation.evaluate import EmbeddingEvaluation, evaluate_embeddings
 from training.evaluation.report import RunResult, compare, write_report
 from training.evaluation.retrieval import recall_at_1_table
@@ -329,6 +330,24 @@ def test_report_handles_three_levels_and_any_method_names(tmp_path: Path) -> Non
     assert "## Steerability (super vs intent, 64d vs 256d)" in markdown
     assert "No pair of methods shares two or more seeds." in markdown
     assert files.accuracy_plot.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_report_lists_labels_by_their_paths(tmp_path: Path) -> None:
+    rows = [("t1", ("LOC", "city")), ("t2", ("LOC", "other")), ("t3", ("NUM", "other"))]
+    hierarchy = build_hierarchy("d", ("domain", "intent"), rows, ["train"] * 3)["train"].hierarchy
+    files = write_report(_two_level_runs(), tmp_path, ["domain", "intent"], hierarchy=hierarchy)
+    assert json.loads(files.json.read_text())["labels"] == [
+        {"level": "domain", "labels": ["LOC", "NUM"]},
+        {"level": "intent", "labels": ["LOC / city", "LOC / other", "NUM / other"]},
+    ]
+    markdown = files.markdown.read_text()
+    assert "## Labels (each shown as its path from the root, joined by ' / ')" in markdown
+    assert "- intent (3): LOC / city, LOC / other, NUM / other" in markdown
+    with pytest.raises(ValueError, match="the hierarchy's levels"):
+        write_report(_two_level_runs(), tmp_path, ["coarse", "fine"], hierarchy=hierarchy)
+    assert "labels" not in json.loads(
+        write_report(_two_level_runs(), tmp_path, ["domain", "intent"]).json.read_text()
+    )
 
 
 def test_report_rejects_mismatched_level_names_and_duplicate_runs(tmp_path: Path) -> None:

@@ -4,18 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from bundle import HierarchyLevel, label_display_name, label_paths
 from training.errors import FractalError
 
 
 @dataclass(frozen=True)
 class LabelHierarchy:
-    """Level names (coarse first) and, per level, the label names indexed by label id."""
+    """Level names (coarse first) and, per level, its labels indexed by label id.
+
+    A label is identified by its **path** from the root, ``("LOC", "other")``, not by its name:
+    one name under several parents (``LOC:other``, ``NUM:other``) is several labels, with their
+    own ids. ``label_names[level][i]`` is label ``i``'s own name (the path's last part) and
+    ``parents[level][i]`` the id of its parent in ``level - 1`` (level 0: an empty tuple). A
+    label is shown as its path joined by :data:`bundle.LABEL_PATH_SEPARATOR` (``LOC / other``).
+    """
 
     level_names: tuple[str, ...]
     label_names: tuple[tuple[str, ...], ...]
+    parents: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.label_names) == len(self.parents) == self.depth:
+            raise ValueError(
+                f"{self.depth} level names, {len(self.label_names)} label lists and "
+                f"{len(self.parents)} parent lists: give one of each per level"
+            )
+        _ = self.paths  # checks the parents: one per label, in range, no path twice
 
     @property
     def depth(self) -> int:
@@ -24,13 +42,32 @@ class LabelHierarchy:
     def num_classes(self, level: int) -> int:
         return len(self.label_names[level])
 
+    @cached_property
+    def paths(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """``paths[level][label_id]``: the label's names from the root down to it."""
+        return label_paths(self.level_names, self.label_names, self.parents)
+
+    def path(self, level: int, label_id: int) -> tuple[str, ...]:
+        return self.paths[level][label_id]
+
+    def display_name(self, level: int, label_id: int) -> str:
+        """The name a report or the service shows for a label: its path, e.g. ``LOC / other``."""
+        return label_display_name(self.path(level, label_id))
+
+    def display_names(self, level: int) -> tuple[str, ...]:
+        return tuple(label_display_name(path) for path in self.paths[level])
+
+    def manifest_levels(self) -> tuple[HierarchyLevel, ...]:
+        """The hierarchy as a bundle manifest records it (no parents on the first level)."""
+        return tuple(
+            HierarchyLevel(name, labels, parents if level else None)
+            for level, (name, labels, parents) in enumerate(
+                zip(self.level_names, self.label_names, self.parents, strict=True)
+            )
+        )
+
     def to_json(self) -> dict:
-        return {
-            "levels": [
-                {"name": name, "labels": list(labels)}
-                for name, labels in zip(self.level_names, self.label_names, strict=True)
-            ]
-        }
+        return {"levels": [level.to_json() for level in self.manifest_levels()]}
 
 
 @dataclass(frozen=True)
@@ -39,7 +76,7 @@ class HierarchicalDataset:
 
     ``labels[i, level]`` is the id of text ``i``'s label at ``level`` (0 = coarsest); ids index
     ``hierarchy.label_names[level]``. Every finer label has exactly one parent at each coarser
-    level.
+    level (``hierarchy.parents``).
     """
 
     name: str
@@ -94,9 +131,12 @@ def build_hierarchy(
 ) -> dict[str, HierarchicalDataset]:
     """Turn ``(text, [label per level])`` rows tagged with split names into datasets.
 
-    Label ids are assigned in sorted name order per level, over all splits, so train and test agree.
-    Raises :class:`FractalError` for empty texts, a wrong number of levels, a level with a single
-    label, or a label with two different parents.
+    A label is its path from the root (the first ``level + 1`` names of a row's labels), so a
+    name repeated under different parents makes different labels, and a label's parent is
+    always the one its path names. Label ids are assigned per level over all splits, so train
+    and test agree, in order of the label's name, then of its parent's path: a hierarchy whose
+    names do not repeat gets the plain sorted name order. Raises :class:`FractalError` for empty
+    texts or labels, a wrong number of levels, or a level with a single label.
     """
     depth = len(level_names)
     if depth < 1:
@@ -105,7 +145,7 @@ def build_hierarchy(
         raise ValueError("rows and splits must have the same length")
     if not rows:
         raise FractalError(f"{name}: no labelled rows were found")
-    parent: list[dict[str, str]] = [dict() for _ in range(depth)]
+    paths: list[tuple[str, ...]] = []
     for line, (text, path) in enumerate(rows, start=1):
         if not text or not text.strip():
             raise FractalError(f"{name}: row {line} has an empty text")
@@ -115,27 +155,23 @@ def build_hierarchy(
                 f"({', '.join(level_names)})"
             )
         for level in range(depth):
-            label = path[level]
-            if not label:
+            if not path[level]:
                 raise FractalError(f"{name}: row {line} has an empty {level_names[level]} label")
-            if level == 0:
-                continue
-            seen = parent[level].setdefault(label, path[level - 1])
-            if seen != path[level - 1]:
-                raise FractalError(
-                    f"{name}: {level_names[level]} label {label!r} appears under two "
-                    f"{level_names[level - 1]} labels, {seen!r} and {path[level - 1]!r}; "
-                    "every label needs exactly one parent"
-                )
-    label_names = tuple(tuple(sorted({path[level] for _, path in rows})) for level in range(depth))
-    for level, names in enumerate(label_names):
-        if len(names) < 2:
+        paths.append(tuple(path))
+    label_names: list[tuple[str, ...]] = []
+    parents: list[tuple[int, ...]] = []
+    ids: list[dict[tuple[str, ...], int]] = []
+    for level in range(depth):
+        labels = sorted({path[: level + 1] for path in paths}, key=lambda p: (p[-1], p))
+        if len(labels) < 2:
             raise FractalError(
-                f"{name}: level {level_names[level]!r} has a single label ({names[0]!r}); "
-                "each level needs at least two"
+                f"{name}: level {level_names[level]!r} has a single label "
+                f"({label_display_name(labels[0])!r}); each level needs at least two"
             )
-    hierarchy = LabelHierarchy(tuple(level_names), label_names)
-    index = [{label: i for i, label in enumerate(names)} for names in label_names]
+        label_names.append(tuple(label[-1] for label in labels))
+        parents.append(tuple(ids[level - 1][label[:-1]] for label in labels) if level else ())
+        ids.append({label: i for i, label in enumerate(labels)})
+    hierarchy = LabelHierarchy(tuple(level_names), tuple(label_names), tuple(parents))
     out: dict[str, HierarchicalDataset] = {}
     for split in dict.fromkeys(splits):
         members = [i for i, s in enumerate(splits) if s == split]
@@ -143,7 +179,7 @@ def build_hierarchy(
             name=name,
             texts=tuple(rows[i][0] for i in members),
             labels=np.array(
-                [[index[lv][rows[i][1][lv]] for lv in range(depth)] for i in members],
+                [[ids[lv][paths[i][: lv + 1]] for lv in range(depth)] for i in members],
                 dtype=np.int64,
             ).reshape(len(members), depth),
             hierarchy=hierarchy,

@@ -16,7 +16,12 @@ Three ways to give the labels, coarse level first:
 Delimiter rule (``label_delimiter="auto"``): among ``:`` ``/`` ``>`` ``|``, the one that occurs in
 the most distinct labels, ties going to the earlier one in that list; if none occurs, the labels
 are flat (one level). ``label_delimiter=None`` never splits; any other string is used as given.
-Label parts are stripped of surrounding whitespace; texts are kept as written.
+Label parts are stripped of surrounding whitespace; texts are kept as written. A label is
+identified by its path from the root, so ``LOC:other`` and ``NUM:other`` are two labels (shown
+as ``LOC / other`` and ``NUM / other``).
+
+Files are read in ``encoding`` (default UTF-8, whose byte-order mark is dropped); a byte that
+does not decode is an error naming it and its offset in the file.
 
 A single file is split into train and test by a seeded, stratified draw: each finest label gives
 ``test_fraction × its rows`` (rounded half up) rows to the test split, always keeping one for
@@ -26,6 +31,7 @@ used as given.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -41,6 +47,7 @@ from training.errors import FractalError
 FILE_FORMATS = ("csv", "tsv", "jsonl", "txt")
 AUTO_DELIMITER = "auto"
 DELIMITER_CANDIDATES = (":", "/", ">", "|")
+DEFAULT_ENCODING = "utf-8"
 
 
 @dataclass(frozen=True)
@@ -81,22 +88,40 @@ def _file_format(path: Path, file_format: str | None) -> str:
     return extension
 
 
-def _read_text(path: Path) -> str:
+def _codec_name(encoding: str) -> str:
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise FractalError(
+            f"unknown encoding {encoding!r}: give a Python codec name such as utf-8, latin-1 or "
+            "cp1252"
+        ) from None
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    """The file decoded from ``encoding``, without a leading UTF-8 byte-order mark."""
+    data = path.read_bytes()
+    try:
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise FractalError(f"{path} is not UTF-8 text: {exc}") from exc
+        raise FractalError(
+            f"{path}: byte 0x{data[exc.start]:02x} at offset {exc.start} is not valid {encoding}; "
+            "pass --encoding (e.g. --encoding latin-1)"
+        ) from exc
+    return text.removeprefix("\ufeff") if _codec_name(encoding) == "utf-8" else text
 
 
-def _numbered_lines(path: Path) -> list[tuple[int, str]]:
+def _numbered_lines(path: Path, encoding: str) -> list[tuple[int, str]]:
     """The non-blank lines of a file with their 1-based numbers (split on newlines only)."""
-    lines = _read_text(path).split("\n")
+    lines = _read_text(path, encoding).split("\n")
     return [(n, line.rstrip("\r")) for n, line in enumerate(lines, start=1) if line.strip()]
 
 
-def _read_table(path: Path, separator: str, columns: Sequence[str]) -> list[_Row]:
+def _read_table(
+    path: Path, separator: str, columns: Sequence[str], encoding: str
+) -> list[_Row]:
     """Rows of a CSV/TSV file with a header; ``columns`` = text column, then label column(s)."""
-    reader = csv.reader(io.StringIO(_read_text(path), newline=""), delimiter=separator)
+    reader = csv.reader(io.StringIO(_read_text(path, encoding), newline=""), delimiter=separator)
     rows: list[_Row] = []
     try:
         header = next(reader, None)
@@ -132,10 +157,10 @@ def _json_string(value: object, field: str, where: str) -> str:
     raise FractalError(f"{where}: field {field!r} must be a string, got {type(value).__name__}")
 
 
-def _read_jsonl(path: Path, fields: Sequence[str]) -> list[_Row]:
+def _read_jsonl(path: Path, fields: Sequence[str], encoding: str) -> list[_Row]:
     """Rows of a JSONL file; ``fields`` = text field, then label field(s)."""
     rows: list[_Row] = []
-    for line, content in _numbered_lines(path):
+    for line, content in _numbered_lines(path, encoding):
         where = f"{path}:{line}"
         try:
             record = json.loads(content)
@@ -154,10 +179,10 @@ def _read_jsonl(path: Path, fields: Sequence[str]) -> list[_Row]:
     return rows
 
 
-def _read_text_lines(path: Path) -> list[_Row]:
+def _read_text_lines(path: Path, encoding: str) -> list[_Row]:
     """Rows of a plain text file of ``LABEL text`` lines."""
     rows: list[_Row] = []
-    for line, content in _numbered_lines(path):
+    for line, content in _numbered_lines(path, encoding):
         parts = content.split(maxsplit=1)
         if len(parts) != 2:
             raise FractalError(
@@ -168,17 +193,21 @@ def _read_text_lines(path: Path) -> list[_Row]:
 
 
 def _read_rows(
-    path: Path, file_format: str, text_column: str, label_columns: Sequence[str]
+    path: Path,
+    file_format: str,
+    text_column: str,
+    label_columns: Sequence[str],
+    encoding: str,
 ) -> list[_Row]:
     columns = (text_column, *label_columns)
     if file_format == "csv":
-        rows = _read_table(path, ",", columns)
+        rows = _read_table(path, ",", columns, encoding)
     elif file_format == "tsv":
-        rows = _read_table(path, "\t", columns)
+        rows = _read_table(path, "\t", columns, encoding)
     elif file_format == "jsonl":
-        rows = _read_jsonl(path, columns)
+        rows = _read_jsonl(path, columns, encoding)
     else:
-        rows = _read_text_lines(path)
+        rows = _read_text_lines(path, encoding)
     if not rows:
         raise FractalError(f"{path} holds no labelled rows")
     for row in rows:
@@ -296,15 +325,18 @@ def load_labelled_files(
     test_fraction: float = 0.2,
     seed: int = 42,
     name: str | None = None,
+    encoding: str = DEFAULT_ENCODING,
 ) -> DatasetSplits:
     """Load labelled texts from ``path`` (a file, or a folder of ``train.*`` and ``test.*``).
 
     ``level_columns`` (CSV/TSV/JSONL) gives one column per level and replaces ``label_column``.
     ``level_names`` default to ``level0``, ``level1``, …; when given, they also fix the number
     of levels every label must have. ``test_fraction`` and ``seed`` only apply to a single file.
-    ``name`` defaults to the file's stem or the folder's name. See the module docstring for
-    formats, the delimiter rule and the split.
+    ``name`` defaults to the file's stem or the folder's name. ``encoding`` is any Python codec
+    name (``latin-1``, ``cp1252`` …). See the module docstring for formats, the delimiter rule,
+    label paths and the split.
     """
+    _codec_name(encoding)
     files = _input_files(path, test_path)
     if len(files) == 1 and not 0.0 < test_fraction < 1.0:
         raise FractalError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
@@ -319,7 +351,7 @@ def load_labelled_files(
                 f"{file}: a plain text file has one label token per line; "
                 "level_columns applies to CSV, TSV and JSONL files"
             )
-        file_rows = _read_rows(file, file_format_used, text_column, label_columns)
+        file_rows = _read_rows(file, file_format_used, text_column, label_columns, encoding)
         rows.extend(file_rows)
         splits.extend([split] * len(file_rows))
 

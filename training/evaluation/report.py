@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from bundle import LABEL_PATH_SEPARATOR
+from training.data.dataset import LabelHierarchy
 from training.evaluation.evaluate import EmbeddingEvaluation
 from training.evaluation.plots import MeanSd, plot_accuracy_by_prefix, plot_workload
 from training.evaluation.stats import (
@@ -334,6 +336,26 @@ def _markdown(
     return "\n".join(lines) + "\n"
 
 
+def _labels_json(hierarchy: LabelHierarchy) -> list[dict[str, Any]]:
+    """Each level's labels by id, shown as their paths from the root."""
+    return [
+        {"level": name, "labels": list(hierarchy.display_names(level))}
+        for level, name in enumerate(hierarchy.level_names)
+    ]
+
+
+def _labels_markdown(hierarchy: LabelHierarchy) -> list[str]:
+    lines = [
+        "",
+        f"## Labels (each shown as its path from the root, joined by '{LABEL_PATH_SEPARATOR}')",
+        "",
+    ]
+    for level, name in enumerate(hierarchy.level_names):
+        names = hierarchy.display_names(level)
+        lines.append(f"- {name} ({len(names)}): {', '.join(names)}")
+    return lines
+
+
 def write_report(
     runs: Sequence[RunResult],
     out_dir: Path,
@@ -342,13 +364,16 @@ def write_report(
     pairs: Sequence[tuple[str, str]] = (("v5", "mrl"),),
     coarse_dim: int | None = None,
     title: str = "Fractal evaluation",
+    hierarchy: LabelHierarchy | None = None,
 ) -> ReportFiles:
     """Write ``report.json``, ``report.md``, ``accuracy_by_prefix.png`` and ``workload.png``.
 
     ``level_names`` names the label levels, coarsest first; ``pairs`` lists the ``(a, b)``
     comparisons (pairs naming a method without runs are skipped); ``coarse_dim`` is the prefix the
-    adaptive workload policy answers coarse queries with (default: the shortest). In the JSON,
-    statistics that are not finite (the SD of a single seed, t of a zero-variance pair) are null.
+    adaptive workload policy answers coarse queries with (default: the shortest). With
+    ``hierarchy`` (whose levels must be ``level_names``), both files list every level's labels
+    by their paths (``LOC / other``). In the JSON, statistics that are not finite (the SD of a
+    single seed, t of a zero-variance pair) are null.
     """
     summaries = summarise(runs, coarse_dim=coarse_dim)
     first = runs[0].evaluation
@@ -356,6 +381,10 @@ def write_report(
     if len(level_names) != first.knn_accuracy.shape[0]:
         raise ValueError(
             f"{len(level_names)} level names for {first.knn_accuracy.shape[0]} label levels"
+        )
+    if hierarchy is not None and hierarchy.level_names != tuple(level_names):
+        raise ValueError(
+            f"the hierarchy's levels {hierarchy.level_names} are not {tuple(level_names)}"
         )
     coarse_dim = prefix_dims[0] if coarse_dim is None else coarse_dim
     comparisons = compare(runs, pairs)
@@ -398,12 +427,15 @@ def write_report(
             for c in comparisons
         ],
     }
+    if hierarchy is not None:
+        document["labels"] = _labels_json(hierarchy)
     files.json.write_text(json.dumps(_finite_or_none(document), indent=2, allow_nan=False) + "\n")
-    files.markdown.write_text(
-        _markdown(
-            title, summaries, comparisons, crossovers, level_names, prefix_dims, coarse_dim, first.k
-        )
+    markdown = _markdown(
+        title, summaries, comparisons, crossovers, level_names, prefix_dims, coarse_dim, first.k
     )
+    if hierarchy is not None:
+        markdown += "\n".join(_labels_markdown(hierarchy)) + "\n"
+    files.markdown.write_text(markdown)
     plot_accuracy_by_prefix(
         files.accuracy_plot,
         prefix_dims,
