@@ -467,7 +467,7 @@ def _probe_spec(path: Path, settings: Settings, queries: Path, graph: int) -> di
     """The restart probe of a layout with one graph, at ``graph``: what a service serving only
     the routes that graph supports (C2F from it, and coarse when it is the coarse prefix's)
     holds; the folder's other graphs stay on disk, unread."""
-    searches: list[dict] = [{"coarse_dim": graph, "factor": max(settings.factors)}]
+    searches: list[dict] = [{"shortlist_dim": graph, "factor": max(settings.factors)}]
     if graph == settings.coarse_dim:
         searches.insert(0, {"dim": graph, "kind": "hnsw"})
     return {
