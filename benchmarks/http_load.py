@@ -17,8 +17,9 @@ Workloads, one query text per request:
 - ``embed``: ``POST /embed`` (every prefix of the bundle);
 - ``coarse``: ``GET /search`` at the coarse prefix (64-d) on the HNSW index;
 - ``fine``: ``GET /search`` at the fine dimension (256-d) on the HNSW index;
-- ``c2f``: ``GET /search`` with ``rerank=c2f``: an HNSW shortlist of ``k × c2f_factor`` at 64-d,
-  re-ranked exactly at 256-d.
+- ``c2f``: ``GET /search`` with ``rerank=c2f``: an HNSW shortlist of ``k × c2f_factor`` at the
+  bundle's shortlist prefix (64-d for a bundle without a measured one), re-ranked exactly at
+  256-d.
 
 Every search reports the service's own timings (``timings_ms``: encode, search, re-rank, fetch);
 their medians show where the time goes, and the index-search medians of coarse and fine at

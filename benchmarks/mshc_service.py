@@ -31,7 +31,11 @@ ROUTES = {
     "exact 384-d": {"granularity": "fine", "index": "exact"},
     "exact 96-d": {"granularity": "coarse", "index": "exact"},
     "pq 96-d (8 B)": {"granularity": "coarse", "index": "pq"},
-    f"pq 96-d shortlist {K * C2F_FACTOR} + exact re-rank 384-d": {"index": "pq", "rerank": "c2f"},
+    # The PQ shortlist at the prefix the bundle's codebooks are for, whatever the bundle's
+    # measured shortlist prefix (which the service would otherwise shortlist at).
+    f"pq 96-d shortlist {K * C2F_FACTOR} + exact re-rank 384-d": {
+        "index": "pq", "rerank": "c2f", "shortlist_dim": 96
+    },
 }
 
 

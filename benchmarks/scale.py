@@ -19,10 +19,12 @@ vectors are streamed chunk by chunk (never all in memory) into
 - the **tiered collection** (:class:`index.Collection`): the SQLite store of record (each
   document's text a placeholder naming its domain and intent) and the full unit vectors in a
   memory-mapped file, imported with no index; then an HNSW graph (``--storage``) at the coarse
-  prefix and at each ``--shortlist-dims`` prefix, built from the file one at a time (a reopen
-  with one more graph in the layout). Coarse queries search the 64-d graph (efSearch sweep, per
-  call); fine queries go through C2F (``search_c2f``: shortlist k′ from one graph, exact re-rank
-  from the file; k′ sweep per shortlist dim);
+  prefix and at each ``--shortlist-dims`` prefix (default: the bundle's shortlist prefix, the one
+  the service indexes for C2F; without ``--bundle``, the prefix the export's measurement picks on
+  the real vectors, :mod:`training.evaluation.shortlist`), built from the file one at a time (a
+  reopen with one more graph in the layout). Coarse queries search the 64-d graph (efSearch
+  sweep, per call); fine queries go through C2F (``search_c2f``: shortlist k′ from one graph,
+  exact re-rank from the file; k′ sweep per shortlist dim);
 - the **baseline** a user would otherwise run: a FAISS ``IndexHNSWFlat(256, M,
   METRIC_INNER_PRODUCT)`` over the same unit vectors, in RAM (efSearch sweep), unless FAISS's own
   size accounting puts it over the memory budget or its estimated build time over the limit;
@@ -60,7 +62,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import faiss
@@ -83,6 +85,7 @@ from bundle import Manifest, load_bundle
 from index import Collection, Hit, HnswParams
 from index.vectors import prefix_unit, unit_rows
 from service.collection import check_bundle_record
+from training.evaluation.shortlist import measure_shortlist
 
 K = 10
 TARGETS = {
@@ -105,9 +108,10 @@ class Settings:
     queries: int = option(1000, "held-out CLINC-150 test texts used as queries")
     storage: str = option("sq8", "storage of the collection's HNSW graphs: flat or sq8")
     shortlist_dims: tuple[int, ...] = option(
-        (64, 128),
+        (),
         "C2F shortlist prefixes: the collection has an HNSW graph at each (and at the coarse "
-        "prefix, for the coarse route), and C2F is swept from each",
+        "prefix, for the coarse route), and C2F is swept from each (default: the bundle's "
+        "shortlist prefix; without --bundle, the one measured on the real vectors)",
     )
     m: int = option(32, "HNSW degree M (collection and baseline)")
     ef_construction: int = option(100, "HNSW efConstruction (collection and baseline)")
@@ -163,6 +167,7 @@ class Settings:
 
 SMOKE = Settings(
     sizes=(20_000,),
+    shortlist_dims=(64, 128),
     queries=200,
     ef_values=(16, 32, 64, 128),
     factors=(1, 2, 4, 8),
@@ -241,6 +246,29 @@ def _bundle(settings: Settings) -> Manifest:
     if not served >= set(settings.shortlist_dims):
         raise ValueError(f"bundle {settings.bundle} has no prefix {set(settings.shortlist_dims)}")
     return manifest
+
+
+def with_shortlist_dims(settings: Settings, real: LabelledReal, progress: Progress) -> Settings:
+    """``settings`` with the shortlist prefixes to build: those given, else the bundle's
+    shortlist prefix, else (no bundle) the one the export's measurement picks on the real set
+    (its base as the corpus, its queries as the queries)."""
+    if settings.shortlist_dims:
+        dims = settings.shortlist_dims
+    elif settings.bundle is not None:
+        dims = (_bundle(settings).shortlist_dim,)
+        progress(f"C2F shortlist prefix: {dims[0]} (the bundle's)")
+    else:
+        prefixes = [*range(settings.coarse_dim, settings.dim, settings.coarse_dim), settings.dim]
+        measured = measure_shortlist(real.base.vectors, real.queries.vectors, prefixes)
+        dims = (measured.shortlist_dim,)
+        progress(f"C2F shortlist prefix: {dims[0]} (measured on the real vectors)")
+    if max(dims) >= settings.dim:
+        raise ValueError(
+            f"the C2F shortlist prefixes {list(dims)} must be below {settings.dim}: at the full "
+            "dimension C2F is plain search (no prefix reached the recall bar); pass "
+            "--shortlist-dims"
+        )
+    return replace(settings, shortlist_dims=tuple(dims))
 
 
 def hnsw_params(settings: Settings) -> HnswParams:
@@ -467,7 +495,7 @@ def _probe_spec(path: Path, settings: Settings, queries: Path, graph: int) -> di
     """The restart probe of a layout with one graph, at ``graph``: what a service serving only
     the routes that graph supports (C2F from it, and coarse when it is the coarse prefix's)
     holds; the folder's other graphs stay on disk, unread."""
-    searches: list[dict] = [{"coarse_dim": graph, "factor": max(settings.factors)}]
+    searches: list[dict] = [{"shortlist_dim": graph, "factor": max(settings.factors)}]
     if graph == settings.coarse_dim:
         searches.insert(0, {"dim": graph, "kind": "hnsw"})
     return {
@@ -967,10 +995,18 @@ def keep_index(folder: Path, settings: Settings, n: int) -> None:
 def run(settings: Settings, progress: Progress) -> dict:
     if settings.keep_index is not None and settings.bundle is None:
         raise ValueError("--keep-index needs --bundle: the service serves the kept folder for it")
-    if max(settings.shortlist_dims) >= settings.dim:
+    if settings.shortlist_dims and max(settings.shortlist_dims) >= settings.dim:
         raise ValueError(f"every --shortlist-dims must be below {settings.dim}")
     if settings.bundle is not None:
-        _bundle(settings)
+        manifest = _bundle(settings)
+        if settings.keep_index is not None and settings.shortlist_dims and (
+            manifest.shortlist_dim not in settings.shortlist_dims
+        ):
+            progress(
+                f"note: the service indexes the bundle's shortlist prefix "
+                f"{manifest.shortlist_dim}, which --shortlist-dims leaves out of the kept folder: "
+                "the service will build its graph at start"
+            )
     results: dict = {
         "machine": {"faiss_threads": 1, "build_threads": settings.build_threads or os.cpu_count()},
         "settings": asdict(settings),
@@ -978,6 +1014,8 @@ def run(settings: Settings, progress: Progress) -> dict:
     }
     with _work_folder(settings) as work, _threads(1):
         real = _real(settings, work, progress)
+        settings = with_shortlist_dims(settings, real, progress)
+        results["settings"] = asdict(settings)  # with the shortlist prefixes built
         progress(f"fitting the labelled mixture to {len(real.base):,} real vectors")
         mixture = LabelledMixture.fit(
             real.base, settings.rank, settings.unlabelled_components, settings.seed

@@ -9,7 +9,8 @@ and (where built) fine through HNSW-256, with the Redis cache warm and cold.
 
 The service (``python -m service``) opens ``--index-dir`` in the tiered layout
 (``FRACTAL_INDEX_KINDS=hnsw``, ``FRACTAL_FINE_INDEX_KINDS=none``: an HNSW graph at the coarse
-prefix, the full vectors memory-mapped for C2F's re-rank), with the HNSW parameters, graph
+prefix and at the bundle's C2F shortlist prefix, one graph where they are the same prefix, the
+full vectors memory-mapped for C2F's re-rank), with the HNSW parameters, graph
 storage and full-vector dtype the folder was built with: read from the record
 ``benchmarks.scale --keep-index`` leaves in it (``scale_build.json``), so that the service loads
 the snapshot instead of rebuilding the graph (``--hnsw-storage`` / ``--full-vectors-dtype`` must
@@ -26,8 +27,9 @@ With ``--fine-hnsw`` a second service opens the same folder with an HNSW graph a
 too (``FRACTAL_FINE_INDEX_KINDS=hnsw``, in the same storage as the coarse graph: the service has
 one ``FRACTAL_HNSW_STORAGE``) and the fine route is measured on it. That graph is built first, in
 this process, into the folder's snapshot (:func:`build_fine_graph`; its time is reported), so
-that the service loads it at start; the snapshot then holds the coarse and fine graphs only (a
-128-d graph ``benchmarks.scale`` left there is dropped). The fine route is what a user would
+that the service loads it at start; the snapshot then holds the coarse, shortlist and fine graphs
+only (any other graph ``benchmarks.scale`` left there is dropped). Each phase records the
+shortlist prefix the service's C2F used (``/info``). The fine route is what a user would
 run without the tiered layout. The comparison the
 issue asks for is coarse QPS against that fine QPS, warm, at the same concurrency.
 """
@@ -220,6 +222,7 @@ def _phase(
         "documents": documents,
         "rss_anon_bytes_at_ready": rss,
         "rss_anon_bytes_per_document": rss / documents if documents else None,
+        "shortlist_dim": info["resolutions"]["shortlist_dim"],
         "indexes": info["indexes"],
         "recovery": info["recovery"],
         "cells": cells,
@@ -361,6 +364,7 @@ def markdown(report: dict) -> str:
             "—"
             if phase["rss_anon_bytes_per_document"] is None
             else f"{phase['rss_anon_bytes_per_document']:,.0f}",
+            phase.get("shortlist_dim", "—"),
         ]
         for name, phase in phases.items()
     ]
@@ -393,7 +397,11 @@ def markdown(report: dict) -> str:
                 else []
             ),
             markdown_table(
-                ["service", "documents", "ready s", "RssAnon MiB", "RssAnon B/doc"], rows
+                [
+                    "service", "documents", "ready s", "RssAnon MiB", "RssAnon B/doc",
+                    "C2F shortlist dim",
+                ],
+                rows,
             ),
             "## Load from wrk (GET /search, k = 10)",
             markdown_table(

@@ -141,6 +141,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         "ingest_seconds": ingest_seconds,
         "coarse_dimension": coarse[0]["route"]["dimension"],
         "fine_dimension": exact[0]["route"]["dimension"],
+        "c2f_shortlist_dimension": c2f[C2F_FACTORS[0]][0]["route"]["shortlist_dimension"],
         "coarse_hit_domain_precision": float(np.mean([np.mean(row) for row in same_domain])),
         "coarse_all_ten_same_domain": float(np.mean([all(row) for row in same_domain])),
         "c2f_recall_at_10": {factor: recall(results) for factor, results in c2f.items()},
@@ -206,8 +207,9 @@ def markdown(record: dict) -> str:
         f"{record['documents']} CLINC-150 training utterances ingested through `POST /documents` "
         f"in {record['ingest_seconds']:.0f} s. Queries: {record['queries']} CLINC-150 test "
         f"utterances through `POST /search`, k = {K}. Coarse = {record['coarse_dimension']}d, "
-        f"fine = {record['fine_dimension']}d; C2F shortlists k' = k × factor at the coarse "
-        "prefix and re-ranks exactly at the fine one. "
+        f"fine = {record['fine_dimension']}d; C2F shortlists k' = k × factor at the bundle's "
+        f"shortlist prefix ({record.get('c2f_shortlist_dimension', record['coarse_dimension'])}d)"
+        " and re-ranks exactly at the fine one. "
         f"Mixed workload: {record['mixed_workload_size_per_kind']} queries of each kind.",
         "",
         f"Command: `{record['command']}`",

@@ -2,7 +2,8 @@
 
 The collection is opened exactly as the service opens it
 (:func:`service.collection.open_collection`, with the service's settings: ``FRACTAL_INDEX_KINDS``,
-``FRACTAL_HNSW_*`` and the rest apply), so the service then serves the index dir as it is.
+``FRACTAL_HNSW_*`` and the rest apply, and the indexes go at the coarse prefix, the bundle's
+C2F shortlist prefix and the fine one), so the service then serves the index dir as it is.
 Each shard is read and checked whole (:func:`bulk.shards.read_shard`) before anything of it is
 written, then added with one :meth:`index.Collection.upsert`: one SQLite transaction, so a
 shard is imported all or nothing, also when the process is killed. At the end the indexes are

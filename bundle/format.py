@@ -58,6 +58,7 @@ OBJECTIVES = (
 POOLING_MODES = ("mean", "cls")
 COARSE = "coarse"
 FINE = "fine"
+SHORTLIST = "shortlist"
 
 LABEL_PATH_SEPARATOR = " / "
 """Joins the names on a label's path from the root into the name shown for it (``banking /
@@ -259,10 +260,13 @@ class Manifest:
     """What ``manifest.json`` holds; constructing one checks that the fields agree.
 
     ``prefix_dims`` are the prefixes the service may serve, ascending and ending at ``dim``;
-    ``granularity`` names two of them (``coarse`` and ``fine``). ``hierarchy`` lists levels coarse
-    first, as ``training.data.dataset.LabelHierarchy.to_json()`` writes them, each label with its
-    parent's id in the level above (see :class:`HierarchyLevel`). ``files`` maps every
-    bundle file but the manifest (POSIX path relative to the bundle) to its sha256.
+    ``granularity`` names two of them (``coarse`` and ``fine``), and a third, ``shortlist``, when
+    the export measured it: the prefix C2F takes its shortlist at (the smallest whose C2F recall
+    reached the bar, :mod:`training.evaluation.shortlist`; the full dim when none did).
+    ``hierarchy`` lists levels coarse first, as ``training.data.dataset.LabelHierarchy.to_json()``
+    writes them, each label with its parent's id in the level above (see :class:`HierarchyLevel`).
+    ``files`` maps every bundle file but the manifest (POSIX path relative to the bundle) to its
+    sha256.
     ``compression`` describes an objective's extra parts (MSHC); ``quantization`` is set when
     ``encoder.onnx`` was quantised after export.
     """
@@ -305,6 +309,12 @@ class Manifest:
             [lv.parents for lv in self.hierarchy],
         )
         return tuple(label_display_name(path) for path in paths[level])
+
+    @property
+    def shortlist_dim(self) -> int:
+        """The prefix C2F shortlists at: the measured one, or the coarse prefix for a bundle made
+        before the measurement (or without data to measure it on: ``identity``)."""
+        return self.granularity.get(SHORTLIST, self.coarse_dim)
 
     @property
     def content_hash(self) -> str:
@@ -496,6 +506,9 @@ def _check_granularity(granularity: object, prefix_dims: tuple[int, ...]) -> Non
     coarse, fine = granularity[COARSE], granularity[FINE]
     if coarse > fine:
         raise _fail("granularity", f"coarse ({coarse}) must not exceed fine ({fine})")
+    shortlist = granularity.get(SHORTLIST, coarse)
+    if shortlist > fine:
+        raise _fail("granularity", f"shortlist ({shortlist}) must not exceed fine ({fine})")
 
 
 def _check_hierarchy(levels: tuple[HierarchyLevel, ...]) -> None:

@@ -3,9 +3,9 @@
 For every served prefix dimension and every kind its layout names there is one cosine index
 (the prefix, L2-normalised) and, when ``fragment_dim`` is set, one SFS index (see
 :mod:`index.fragments`). By default every prefix gets every kind; a ``layout`` builds only the
-kinds a user serves at each prefix (e.g. an HNSW graph at 64-d and nothing at 256-d, where fine
-queries are answered by C2F). All indexes, and the memory-mapped file of full unit vectors that
-C2F re-ranks with (:mod:`index.vector_file`), are derived from the store:
+kinds a user serves at each prefix (e.g. an HNSW graph at the C2F shortlist prefix and nothing at
+256-d, where fine queries are answered by C2F). All indexes, and the memory-mapped file of full
+unit vectors that C2F re-ranks with (:mod:`index.vector_file`), are derived from the store:
 
 - a write commits to SQLite first and only then updates the indexes, so an acknowledged write is
   never lost; on open, the indexes come from the last snapshot, caught up with the store's change
@@ -433,30 +433,32 @@ class Collection:
         self,
         query_vectors: np.ndarray,
         k: int,
-        coarse_dim: int,
+        shortlist_dim: int,
         factor: int = 4,
         kind: str = "exact",
         timings: dict[str, float] | None = None,
         ef_search: int | None = None,
     ) -> list[list[Hit]]:
-        """Coarse-to-fine: shortlist ``k * factor`` by cosine at ``coarse_dim`` with the ``kind``
-        index, then re-rank the shortlist exactly by full-dimension cosine and keep ``k``.
+        """Coarse-to-fine: shortlist ``k * factor`` by cosine at the ``shortlist_dim`` prefix
+        with its ``kind`` index, then re-rank the shortlist exactly by full-dimension cosine and
+        keep ``k``. The prefix needs an index of that kind (:class:`ValueError` otherwise); at
+        the full dimension itself this is plain search there with exact scores.
 
         When ``timings`` is given, the seconds spent in each step are added to its
         ``"shortlist"`` and ``"rerank"`` entries. ``ef_search`` overrides the HNSW beam width of
         the shortlist search (at least the shortlist's size is sensible)."""
-        spec = self._spec("cosine", coarse_dim, kind)
+        spec = self._spec("cosine", shortlist_dim, kind)
         k = _check_count(k, "k")
         shortlist = k * _check_count(factor, "factor")
         queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
-        coarse = prefix_unit(queries, coarse_dim)
+        prefix = prefix_unit(queries, shortlist_dim)
         full = unit_rows(queries)
         best_scores = np.full((len(full), k), -np.inf, dtype=np.float32)
         best_rows = np.full((len(full), k), -1, dtype=np.int64)
         with self._lock.read():
             shortlist = min(shortlist, max(self._count, 1))
             started = time.perf_counter()
-            _, candidates = self._indexes[spec.name].search(coarse, shortlist, ef_search)
+            _, candidates = self._indexes[spec.name].search(prefix, shortlist, ef_search)
             shortlisted = time.perf_counter()
             for i, (query, rows) in enumerate(zip(full, candidates, strict=True)):
                 rows = rows[rows >= 0]

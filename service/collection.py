@@ -72,8 +72,10 @@ def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.
 
 
 def open_collection(settings: Settings, manifest: Manifest) -> Collection:
-    """The collection in ``settings.index_dir``, indexed at the coarse and fine prefixes; a PQ
-    index at a dimension the bundle ships PQ codebooks for uses them (MSHC)."""
+    """The collection in ``settings.index_dir``, indexed at the coarse prefix, at C2F's shortlist
+    prefix (the bundle's measured one, :attr:`bundle.Manifest.shortlist_dim`) and at the fine
+    one (:meth:`Settings.index_layout`); a PQ index at a dimension the bundle ships PQ codebooks
+    for uses them (MSHC)."""
     fragment_dim = manifest.fragment_dim
     if fragment_dim is None and settings.sfs:
         fragment_dim = settings.sfs_fragment_dim
@@ -83,13 +85,15 @@ def open_collection(settings: Settings, manifest: Manifest) -> Collection:
         return Collection(
             settings.index_dir,
             dim=manifest.dim,
-            prefix_dims=sorted({manifest.coarse_dim, manifest.fine_dim}),
+            prefix_dims=sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim}),
             index_kinds=settings.index_kinds,
             hnsw=settings.hnsw,
             pq=settings.pq,
             fragment_dim=fragment_dim,
             pq_codebooks=bundle_pq_codebooks(settings, manifest),
-            layout=settings.index_layout(manifest.coarse_dim, manifest.fine_dim),
+            layout=settings.index_layout(
+                manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim
+            ),
             full_dtype=settings.full_vectors_dtype,
         )
     except (OSError, ValueError) as exc:

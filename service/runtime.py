@@ -49,6 +49,7 @@ class Resolutions:
     dim: int
     prefix_dims: list[int]
     granularity: dict[str, int]
+    shortlist_dim: int
     indexed_dims: list[int]
     fragment_dim: int | None
 
@@ -353,6 +354,7 @@ class Runtime:
                 dim=manifest.dim,
                 prefix_dims=list(manifest.prefix_dims),
                 granularity=dict(manifest.granularity),
+                shortlist_dim=self.searcher.shortlist_dim,
                 indexed_dims=self.searcher.dimensions,
                 fragment_dim=self.collection.fragment_dim,
             ),

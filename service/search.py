@@ -3,11 +3,16 @@
 A route is the resolution (granularity → prefix dimension of the manifest), the index kind, the
 re-ranking and the scoring. ``granularity=auto`` is decided per query by
 :class:`service.granularity.GranularityRouter`. ``rerank=c2f`` answers at the full dimension: a
-shortlist of ``k × c2f_factor`` from the coarse prefix's index, re-ranked exactly by full-vector
-cosine (:meth:`index.Collection.search_c2f`); a query that auto routes to coarse is answered at
-the coarse prefix without re-ranking, and its route says so. Where the layout builds no index of
-the requested kind at the fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on
-disk), a fine query is answered by C2F over the coarse prefix's index, and its route says so.
+shortlist of ``k × c2f_factor`` from the index at the shortlist prefix, re-ranked exactly by
+full-vector cosine (:meth:`index.Collection.search_c2f`). The shortlist prefix is the bundle's
+(:attr:`bundle.Manifest.shortlist_dim`, measured at export; the coarse prefix for bundles made
+before that), or a request's ``shortlist_dim``: a trained prefix with an index of the requested
+kind (the coarse, shortlist and fine prefixes have them, see
+:meth:`service.settings.Settings.index_layout`). At the full dimension itself, C2F is plain
+search there. A query that auto routes to coarse is answered at the coarse prefix without
+re-ranking, and its route says so. Where the layout builds no index of the requested kind at the
+fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on disk), a fine query is
+answered by C2F, and its route says so.
 
 Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a thread.
 """
@@ -40,6 +45,8 @@ class SearchPlan:
     index: str
     rerank: str
     scoring: str
+    shortlist_dim: int
+    """The prefix C2F shortlists at (used by fine queries that take C2F)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class Searcher:
         self.default_k = settings.default_k
         self.max_k = settings.max_k
         self.c2f_factor = settings.c2f_factor
+        self.shortlist_dim = manifest.shortlist_dim
         self.layout = collection.layout
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
@@ -105,11 +113,18 @@ class Searcher:
 
     @property
     def dimensions(self) -> list[int]:
-        """The prefix dimensions with indexes: the coarse and the fine one."""
-        return sorted({self.manifest.coarse_dim, self.manifest.fine_dim})
+        """The prefix dimensions with indexes (coarse, shortlist, fine, as the layout built)."""
+        return sorted(dim for dim, kinds in self.layout.items() if kinds)
 
     def plan(
-        self, *, k: int | None, granularity: str, index: str | None, rerank: str, scoring: str
+        self,
+        *,
+        k: int | None,
+        granularity: str,
+        index: str | None,
+        rerank: str,
+        scoring: str,
+        shortlist_dim: int | None = None,
     ) -> SearchPlan:
         """Check a request's options against the limits and what was built."""
         k = self.default_k if k is None else k
@@ -141,7 +156,37 @@ class Searcher:
                 "rerank 'c2f' answers at the fine dimension; use granularity fine or auto",
                 "rerank",
             )
-        return SearchPlan(k, granularity, index, rerank, scoring)
+        c2f = granularity != COARSE and (
+            rerank == "c2f" or (scoring == "cosine" and not self._at_fine(index))
+        )
+        if shortlist_dim is not None and not c2f:
+            raise InvalidRequest(
+                "shortlist_dim applies to rerank=c2f (with granularity fine or auto)",
+                "shortlist_dim",
+            )
+        shortlist_dim = self.shortlist_dim if shortlist_dim is None else shortlist_dim
+        if c2f:
+            self._check_shortlist(shortlist_dim, index)
+        return SearchPlan(k, granularity, index, rerank, scoring, shortlist_dim)
+
+    def _check_shortlist(self, shortlist_dim: int, index: str) -> None:
+        """C2F shortlists at a trained prefix, from an index of the requested kind there."""
+        trained = self.manifest.prefix_dims
+        if shortlist_dim not in trained:
+            raise InvalidRequest(
+                f"shortlist_dim {shortlist_dim} is not a trained prefix; allowed: "
+                f"{', '.join(map(str, trained))}",
+                "shortlist_dim",
+            )
+        if index not in self.layout.get(shortlist_dim, ()):
+            indexed = [dim for dim, kinds in self.layout.items() if index in kinds]
+            raise InvalidRequest(
+                f"C2F cannot shortlist at {shortlist_dim}-d: no {index!r} index is built there; "
+                f"{index!r} indexes exist at {', '.join(map(str, indexed))} (the coarse and "
+                "shortlist prefixes get FRACTAL_INDEX_KINDS, the fine one "
+                "FRACTAL_FINE_INDEX_KINDS)",
+                "shortlist_dim",
+            )
 
     def _at_fine(self, index: str) -> bool:
         """Whether an ``index`` index is built at the fine prefix."""
@@ -156,7 +201,7 @@ class Searcher:
                 plan.index,
                 "c2f",
                 "cosine",
-                shortlist_dimension=self.manifest.coarse_dim,
+                shortlist_dimension=plan.shortlist_dim,
                 shortlist_k=plan.k * self.c2f_factor,
             )
         dimension = self.manifest.granularity[granularity]
@@ -166,8 +211,9 @@ class Searcher:
         self, route: Route, vectors: np.ndarray, k: int, c2f_timings: dict[str, float]
     ) -> list[list[Hit]]:
         if route.rerank == "c2f":
+            assert route.shortlist_dimension is not None
             return self.collection.search_c2f(
-                vectors, k, self.manifest.coarse_dim, self.c2f_factor, route.index, c2f_timings
+                vectors, k, route.shortlist_dimension, self.c2f_factor, route.index, c2f_timings
             )
         return self.collection.search(vectors, k, route.dimension, route.index, route.scoring)
 

@@ -66,7 +66,9 @@ class Settings(BaseSettings):
 
     default_k: int = Field(10, ge=1)
     max_k: int = Field(100, ge=1)
-    c2f_factor: int = Field(4, ge=1, description="C2F shortlist size = k × factor")
+    c2f_factor: int = Field(
+        4, ge=1, description="C2F shortlist size = k × factor, at the bundle's shortlist prefix"
+    )
     sfs: bool = Field(False, description="build SFS indexes for a bundle without fragment_dim")
     sfs_fragment_dim: int = Field(
         32, ge=1, description="SFS fragment size when the bundle has none"
@@ -149,13 +151,22 @@ class Settings(BaseSettings):
             storage=self.hnsw_storage,
         )
 
-    def index_layout(self, coarse_dim: int, fine_dim: int) -> dict[int, tuple[str, ...]]:
-        """The index kinds built at each served prefix: ``index_kinds`` at the coarse one, and
-        ``fine_index_kinds`` (default: the same) at the fine one."""
+    def index_layout(
+        self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
+    ) -> dict[int, tuple[str, ...]]:
+        """The index kinds built at each served prefix: ``index_kinds`` at the coarse one and at
+        C2F's shortlist prefix (default: the coarse one), and ``fine_index_kinds`` (default: the
+        same) at the fine one. Where two of them are one prefix, it gets both sets of kinds."""
         fine = self.index_kinds if self.fine_index_kinds is None else self.fine_index_kinds
-        if coarse_dim == fine_dim:
-            return {coarse_dim: tuple(dict.fromkeys(self.index_kinds + fine))}
-        return {coarse_dim: self.index_kinds, fine_dim: fine}
+        shortlist_dim = coarse_dim if shortlist_dim is None else shortlist_dim
+        layout: dict[int, tuple[str, ...]] = {}
+        for dim, kinds in (
+            (coarse_dim, self.index_kinds),
+            (shortlist_dim, self.index_kinds),
+            (fine_dim, fine),
+        ):
+            layout[dim] = tuple(dict.fromkeys(layout.get(dim, ()) + kinds))
+        return layout
 
     @property
     def pq(self) -> PqParams:

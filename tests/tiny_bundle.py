@@ -38,6 +38,7 @@ from bundle import (
     FINE_LOGITS,
     HEADS_FILE,
     INPUT_IDS,
+    SHORTLIST,
     TOKENIZER_FILE,
     Backbone,
     HierarchyLevel,
@@ -117,13 +118,18 @@ def tiny_encoder(vocabulary_size: int, seed: int = SEED) -> onnx.ModelProto:
     return model
 
 
-def build_tiny_bundle(out_dir: Path) -> Manifest:
+def build_tiny_bundle(out_dir: Path, shortlist_dim: int | None = None) -> Manifest:
     """Write the tiny bundle to ``out_dir`` (created, or an empty folder) and return its
-    manifest, read back and verified as the service reads it."""
+    manifest, read back and verified as the service reads it. ``shortlist_dim`` records a C2F
+    shortlist prefix in the granularity map, as a measured export does (default: none, so C2F
+    shortlists at the coarse prefix)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
     onnx.save(tiny_encoder(tokenizer.get_vocab_size()), out_dir / ENCODER_FILE)
+    granularity = {COARSE: PREFIX_DIMS[0], FINE: PREFIX_DIMS[-1]}
+    if shortlist_dim is not None:
+        granularity[SHORTLIST] = shortlist_dim
     write_manifest(
         out_dir,
         Manifest(
@@ -138,7 +144,7 @@ def build_tiny_bundle(out_dir: Path) -> Manifest:
             ),
             dim=DIM,
             prefix_dims=PREFIX_DIMS,
-            granularity={COARSE: PREFIX_DIMS[0], FINE: PREFIX_DIMS[-1]},
+            granularity=granularity,
             onnx_max_abs_diff=0.0,
             created_at="2024-01-01T00:00:00+00:00",
         ),

@@ -206,7 +206,7 @@ def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None
 
 def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) -> None:
     from training.export import export_bundle
-    from training.head_job import load_run
+    from training.head_job import load_run, measure_head_shortlist
     from training.prepared_data import prepare_data
 
     run = load_run(run_dir)
@@ -223,6 +223,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
             raise FractalError(f"report folder not found: {report_dir}")
         report_files = {p.name: p for p in sorted(report_dir.iterdir()) if p.is_file()}
     dims = list(run.train.prefix_dims)
+    shortlist = measure_head_shortlist(data, run.head, dims)
     manifest = export_bundle(
         out,
         encoder,
@@ -236,7 +237,9 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
         report_files=report_files,
         check_texts=list(data.splits.test.texts[:64]),
         overwrite=args.overwrite,
+        shortlist=shortlist,
     )
+    print("\n".join(shortlist.markdown()))
     print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
 
 
@@ -340,6 +343,7 @@ def _cmd_ingest(args):
 
 
 def _cmd_mshc(args):
+    from training.head_job import measure_head_shortlist
     from training.mshc.evaluation import evaluate_mshc
     from training.mshc.export import export_mshc_bundle
     from training.mshc.pipeline import MSHCConfig
@@ -373,6 +377,7 @@ def _cmd_mshc(args):
     model, pq, results = evaluate_mshc(data, config, progress=not args.no_progress)
     dataset = Path(data_config.dataset).name
     paths = write_report(results, args.out / "report", f"MSHC: {dataset}")
+    shortlist = measure_head_shortlist(data, model.head, list(config.prefix_dims))
     manifest = export_mshc_bundle(
         bundle_dir,
         data.encoder,
@@ -384,7 +389,9 @@ def _cmd_mshc(args):
         report_files={path.name: path for path in paths},
         check_texts=list(data.splits.test.texts[:64]),
         overwrite=args.overwrite,
+        shortlist=shortlist,
     )
+    print("\n".join(shortlist.markdown()))
     print(f"report: {paths[1]}")
     print(f"bundle: {bundle_dir} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
 

@@ -33,6 +33,8 @@ from bundle import (
     HEADS_FILE,
     INPUT_IDS,
     MANIFEST_FILE,
+    REPORT_MD_FILE,
+    SHORTLIST,
     TOKENIZER_FILE,
     Backbone,
     BundleError,
@@ -45,6 +47,7 @@ from bundle import (
 from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
 from training.errors import FractalError, bundle_errors_as_fractal
+from training.evaluation.shortlist import ShortlistMeasurement
 from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
 from training.objectives.tensors import pool
@@ -263,6 +266,13 @@ def _check_arguments(
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
 
 
+def _write_shortlist_report(path: Path, shortlist: ShortlistMeasurement, name: str) -> None:
+    """Append the "C2F shortlist" section to the bundle's ``report.md`` (started when the bundle
+    ships none)."""
+    before = path.read_text(encoding="utf-8").rstrip("\n") if path.is_file() else f"# {name}"
+    path.write_text("\n".join([before, "", *shortlist.markdown()]) + "\n", encoding="utf-8")
+
+
 def export_bundle(
     out_dir: Path,
     encoder: FrozenEncoder,
@@ -281,6 +291,7 @@ def export_bundle(
     with_heads: bool = True,
     extra_files: dict[str, Path] | None = None,
     compression: Compression | None = None,
+    shortlist: ShortlistMeasurement | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 
@@ -290,7 +301,10 @@ def export_bundle(
     ``with_heads=False`` serves the head's projection without ``heads.onnx`` (objectives trained
     without classifiers: MSHC, contrastive MRL, MIC, MIPIC, SFS);
     ``extra_files`` (copied like the report) and ``compression`` are an objective's extra parts,
-    described in the manifest (see :mod:`bundle.format`).
+    described in the manifest (see :mod:`bundle.format`). ``shortlist``, C2F's recall measured on
+    the run's data (:func:`training.evaluation.shortlist.measure_shortlist`), becomes the
+    manifest's ``granularity.shortlist`` and ``evaluation.shortlist``, and a section of
+    ``report.md``.
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.
@@ -301,6 +315,15 @@ def export_bundle(
         out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads
     )
     dim = head.dim if head is not None else encoder.config.hidden_size
+    granularity = dict(granularity)
+    if shortlist is not None:
+        if shortlist.full_dim != dim:
+            raise FractalError(
+                f"the shortlist was measured on {shortlist.full_dim}-d vectors, the bundle "
+                f"serves {dim}-d ones"
+            )
+        granularity[SHORTLIST] = shortlist.shortlist_dim
+        evaluation = {**evaluation, SHORTLIST: shortlist.to_json()}
     try:
         draft = Manifest(
             name=name,
@@ -308,7 +331,7 @@ def export_bundle(
             backbone=Backbone(**encoder.config.to_json()),
             dim=dim,
             prefix_dims=tuple(prefix_dims),
-            granularity=dict(granularity),
+            granularity=granularity,
             fragment_dim=fragment_dim,
             compression=compression,
             hierarchy=None if hierarchy is None else hierarchy.manifest_levels(),
@@ -321,6 +344,8 @@ def export_bundle(
     with staging_dir(out_dir) as staging:
         for file_name, source in report_files.items():
             shutil.copyfile(source, staging / file_name)
+        if shortlist is not None:
+            _write_shortlist_report(staging / REPORT_MD_FILE, shortlist, name)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
         _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim, with_heads)
         diff = _check_against_torch(

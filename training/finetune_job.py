@@ -18,6 +18,7 @@ from bundle import COARSE, FINE
 from training.evaluation.knn import knn_accuracy_table
 from training.evaluation.linear_probe import logistic_regression_f1
 from training.evaluation.ranking import ranking_metrics
+from training.evaluation.shortlist import measure_shortlist
 from training.export import export_bundle
 from training.finetune import FinetuneConfig, as_head, embed_texts, finetune
 from training.prepared_data import DataConfig, prepare_data
@@ -94,15 +95,11 @@ def run_finetune(
         encoder, data.splits.train.texts, train_labels, config,
         features=data.train_features if frozen_features else None, progress=progress,
     )
-    report = evaluate_finetuned(
-        embed_texts(result, encoder, data.splits.train.texts,
-                    features=data.train_features if frozen_features else None),
-        train_labels,
-        embed_texts(result, encoder, data.splits.test.texts,
-                    features=data.test_features if frozen_features else None),
-        test_labels,
-        config,
-    )
+    train_vectors = embed_texts(result, encoder, data.splits.train.texts,
+                                features=data.train_features if frozen_features else None)
+    test_vectors = embed_texts(result, encoder, data.splits.test.texts,
+                               features=data.test_features if frozen_features else None)
+    report = evaluate_finetuned(train_vectors, train_labels, test_vectors, test_labels, config)
     report["config"] = config.to_json()
     report["history"] = result.history
     report_dir = out / "report"
@@ -125,5 +122,6 @@ def run_finetune(
         fragment_dim=config.fragment_dim,
         with_heads=False,
         overwrite=overwrite,
+        shortlist=measure_shortlist(train_vectors, test_vectors, dims),
     )
     return out / "bundle"

@@ -14,6 +14,7 @@ import torch
 
 from training.errors import FractalError
 from training.evaluation.evaluate import EmbeddingEvaluation, evaluate_embeddings
+from training.evaluation.shortlist import ShortlistMeasurement, measure_shortlist
 from training.head import FractalHead
 from training.prepared_data import DataConfig, PreparedData
 from training.train_config import TrainConfig
@@ -37,6 +38,18 @@ def evaluate_head(
         data.splits.train.labels,
         embed_features(head, data.test_features),
         data.splits.test.labels,
+        prefix_dims,
+    )
+
+
+def measure_head_shortlist(
+    data: PreparedData, head: FractalHead, prefix_dims: list[int]
+) -> ShortlistMeasurement:
+    """C2F's recall per prefix with the head's embeddings, the training split as the corpus and
+    the test split as the queries, and the shortlist prefix it chooses for the bundle."""
+    return measure_shortlist(
+        embed_features(head, data.train_features),
+        embed_features(head, data.test_features),
         prefix_dims,
     )
 

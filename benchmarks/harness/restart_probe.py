@@ -7,7 +7,7 @@ how long that took and how much anonymous memory it added.
 "full_dtype", "queries", "searches"}`` or ``{"kind": "faiss", "path", "queries", "ef_search"}``.
 The probe imports everything first and reads ``RssAnon`` (``/proc/self/status``); then opens the
 folder or file (the timed restart) and reads it again; then runs every query once per entry of
-``searches`` (``{"dim", "kind"}`` for a plain search, ``{"coarse_dim", "factor"}`` for C2F) and
+``searches`` (``{"dim", "kind"}`` for a plain search, ``{"shortlist_dim", "factor"}`` for C2F) and
 reads it a third time, with ``RssFile`` beside it (mapped file pages, which the kernel can drop).
 It prints one JSON line. :func:`probe` runs it and parses that line.
 """
@@ -62,7 +62,7 @@ def _search(opened: object, spec: dict, queries: np.ndarray) -> None:
         for row in range(len(queries)):
             query = queries[row : row + 1]
             if "factor" in search:
-                opened.search_c2f(query, K, search["coarse_dim"], search["factor"], kind="hnsw")
+                opened.search_c2f(query, K, search["shortlist_dim"], search["factor"], kind="hnsw")
             else:
                 opened.search(query, K, search["dim"], kind=search["kind"])
 

@@ -35,8 +35,15 @@ class SearchOptions(BaseModel):
     )
     rerank: Literal["none", "c2f"] = Field(
         "none",
-        description="c2f: shortlist k × FRACTAL_C2F_FACTOR at the coarse prefix, re-rank "
+        description="c2f: shortlist k × FRACTAL_C2F_FACTOR at the shortlist prefix, re-rank "
         "exactly at the full dimension.",
+    )
+    shortlist_dim: int | None = Field(
+        None,
+        description="c2f: the prefix to shortlist at, a trained prefix with an index of the "
+        "requested kind (default: the bundle's measured shortlist prefix, /info "
+        "resolutions.shortlist_dim). Only with rerank=c2f (or fine queries that C2F answers "
+        "because the fine prefix has no index).",
     )
     scoring: Literal["cosine", "sfs"] = Field(
         "cosine", description="sfs: mean fragment cosine (needs SFS enabled)."
@@ -82,7 +89,9 @@ class RouteOut(FromAttributes):
     index: str
     rerank: Literal["none", "c2f"]
     scoring: Literal["cosine", "sfs"]
-    shortlist_dimension: int | None = Field(None, description="c2f: the shortlist's prefix.")
+    shortlist_dimension: int | None = Field(
+        None, description="c2f: the prefix the shortlist was taken at."
+    )
     shortlist_k: int | None = Field(None, description="c2f: the shortlist's size.")
     auto: AutoRouteOut | None = None
 
@@ -95,7 +104,7 @@ class QueryResultOut(BaseModel):
 
 class Timings(BaseModel):
     """Milliseconds. encode includes the wait in the encoder queue; route is auto's head call;
-    search is the index calls (for c2f the coarse shortlist); rerank is c2f's exact re-rank at
+    search is the index calls (for c2f the shortlist); rerank is c2f's exact re-rank at
     the full dimension (0 without c2f); fetch reads the hits' texts and metadata from the store."""
 
     encode: float
@@ -143,6 +152,7 @@ async def _run(
         index=options.index,
         rerank=options.rerank,
         scoring=options.scoring,
+        shortlist_dim=options.shortlist_dim,
     )
     outcome, encode_seconds = await runtime.search(queries, plan, param, item_params)
     dimensions = {result.route.dimension for result in outcome.results}

@@ -37,7 +37,14 @@ class IndexInfo(FromAttributes):
 class Resolutions(FromAttributes):
     dim: int
     prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
-    granularity: dict[str, int] = Field(description="coarse and fine dimensions.")
+    granularity: dict[str, int] = Field(
+        description="coarse and fine dimensions, and the C2F shortlist's when the bundle "
+        "records one."
+    )
+    shortlist_dim: int = Field(
+        description="The prefix rerank=c2f shortlists at by default: the bundle's measured "
+        "shortlist prefix (its coarse one for bundles without the measurement)."
+    )
     indexed_dims: list[int] = Field(description="Dimensions /search has indexes for.")
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
 

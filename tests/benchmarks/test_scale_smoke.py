@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from benchmarks import scale
-from benchmarks.harness.labelled_mixture import LabelledMixture, toy_labelled
+from benchmarks.harness.labelled_mixture import (
+    LabelledMixture,
+    LabelledReal,
+    LabelledVectors,
+    toy_labelled,
+)
+from benchmarks.harness.runner import Progress
 from tests.benchmarks.smoke import run_smoke
+from tests.tiny_bundle import DIM, build_tiny_bundle
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +90,30 @@ def test_hnsw_accounting_matches_a_built_index() -> None:
     graph.add(vectors)
     built = len(faiss.serialize_index(graph)) / len(vectors)
     assert scale.hnsw_bytes_per_vector(32, 16) == pytest.approx(built, rel=0.1)
+
+
+def test_the_shortlist_graph_defaults_to_the_bundle_s_shortlist_prefix(tmp_path: Path) -> None:
+    """Given no --shortlist-dims, the graph C2F is swept from is the bundle's shortlist prefix
+    (the one the service indexes); without a bundle, the one measured on the real vectors."""
+    quiet = Progress(enabled=False)
+    build_tiny_bundle(tmp_path / "bundle", shortlist_dim=192)
+    with_bundle = scale.Settings(bundle=tmp_path / "bundle", dim=DIM)
+    assert scale.with_shortlist_dims(with_bundle, None, quiet).shortlist_dims == (192,)
+    given = scale.Settings(bundle=tmp_path / "bundle", dim=DIM, shortlist_dims=(64,))
+    assert scale.with_shortlist_dims(given, None, quiet).shortlist_dims == (64,)
+
+    def real_set(vectors: np.ndarray) -> LabelledReal:
+        labels = np.zeros(len(vectors), dtype=np.int64)
+        parts = [LabelledVectors(part, labels[: len(part)], labels[: len(part)])
+                 for part in (vectors[:2800], vectors[2800:])]
+        return LabelledReal(*parts, (), (), {})
+
+    # Everything in the first 128 coordinates: the 128-d prefix is the shortlist.
+    signal = np.random.default_rng(0).standard_normal((3000, 256)).astype(np.float32)
+    signal[:, 128:] *= 1e-3
+    assert scale.with_shortlist_dims(scale.Settings(), real_set(signal), quiet).shortlist_dims == (
+        128,
+    )
+    # Isotropic vectors: no prefix below 256 reaches the bar, and C2F has no graph to sweep.
+    with pytest.raises(ValueError, match="pass --shortlist-dims"):
+        scale.with_shortlist_dims(scale.Settings(), real_set(signal / signal.std(0)), quiet)

@@ -97,6 +97,22 @@ def test_round_trip(bundle_dir: Path) -> None:
     assert len(manifest.content_hash) == 64
 
 
+def test_shortlist_prefix_round_trips_and_falls_back_to_coarse(bundle_dir: Path) -> None:
+    """``granularity.shortlist`` is measured at export; a manifest without it (made before the
+    measurement, or an identity bundle) shortlists at the coarse prefix and keeps its bytes."""
+    before = load_bundle(bundle_dir)
+    assert "shortlist" not in before.to_json()["granularity"]
+    assert before.shortlist_dim == before.coarse_dim == 64
+    granularity = {"coarse": 64, "fine": 256, "shortlist": 128}
+    written = write_manifest(bundle_dir, _manifest(granularity=granularity))
+    loaded = load_bundle(bundle_dir)
+    assert loaded == written == Manifest.from_json(written.to_json())
+    assert (loaded.coarse_dim, loaded.shortlist_dim, loaded.fine_dim) == (64, 128, 256)
+    assert written.content_hash != before.content_hash
+    at_full = _manifest(granularity={"coarse": 64, "fine": 256, "shortlist": 256})
+    assert at_full.shortlist_dim == 256  # no smaller prefix reached the bar
+
+
 def test_rewriting_the_manifest_rehashes_the_files(bundle_dir: Path) -> None:
     before = load_bundle(bundle_dir)
     (bundle_dir / HEADS_FILE).write_bytes(b"other heads")
@@ -180,6 +196,15 @@ def test_heads_without_hierarchy(bundle_dir: Path) -> None:
             lambda m: m.update(granularity={"coarse": 256, "fine": 64}),
             r"coarse \(256\) must not exceed fine \(64\)",
         ),
+        (
+            lambda m: m["granularity"].update(shortlist=100),
+            r"granularity\['shortlist'\] = 100 is not in prefix_dims",
+        ),
+        (
+            lambda m: m.update(granularity={"coarse": 64, "fine": 128, "shortlist": 192}),
+            r"shortlist \(192\) must not exceed fine \(128\)",
+        ),
+        (lambda m: m["granularity"].update(shortlist="128"), "'128' is not in prefix_dims"),
         (lambda m: m.update(fragment_dim=48), "fragment_dim must be a positive divisor of dim"),
         (lambda m: m["backbone"].update(pooling="max"), "backbone.pooling 'max' is not one of"),
         (lambda m: m["backbone"].pop("hidden_size"), "backbone is missing hidden_size"),

@@ -56,6 +56,7 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         "dim": 256,
         "prefix_dims": [64, 128, 192, 256],
         "granularity": {"coarse": 64, "fine": 256},
+        "shortlist_dim": 64,  # a bundle without a measured shortlist: the coarse prefix
         "indexed_dims": [64, 256],
         "fragment_dim": None,
     }

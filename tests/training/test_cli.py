@@ -122,7 +122,15 @@ def test_run_trains_evaluates_and_exports_a_bundle(tmp_path: Path) -> None:
     manifest = load_bundle(out / "bundle")
     assert manifest.objective == "v5"
     assert manifest.prefix_dims == (64, 128, 192, 256)
-    assert manifest.granularity == {"coarse": 64, "fine": 256}
+    # The shortlist prefix is measured on the run's data: recorded whichever prefix it is.
+    shortlist = manifest.evaluation["shortlist"]
+    assert (shortlist["documents"], shortlist["queries"]) == (600, 120)
+    assert [row["dim"] for row in shortlist["recall_at_k"]] == [64, 128, 192]
+    assert all(0 <= v <= 1 for row in shortlist["recall_at_k"] for v in row["recall"])
+    assert manifest.granularity == {
+        "coarse": 64, "fine": 256, "shortlist": shortlist["shortlist_dim"]
+    }
+    assert manifest.shortlist_dim in manifest.prefix_dims
     assert manifest.onnx_max_abs_diff < 1e-3
     assert [level.name for level in manifest.hierarchy] == ["domain", "intent"]
     assert len(manifest.hierarchy[1].labels) == 150
@@ -130,6 +138,7 @@ def test_run_trains_evaluates_and_exports_a_bundle(tmp_path: Path) -> None:
     assert set(report["methods"]) == {"raw", "v5", "mrl"}
     for name in ("report.md", "accuracy_by_prefix.png", "workload.png"):
         assert (out / "bundle" / name).is_file()
+    assert "## C2F shortlist" in (out / "bundle" / "report.md").read_text(encoding="utf-8")
     runs = sorted(p.name for p in (out / "runs").iterdir())
     assert runs == ["mrl-seed123", "mrl-seed42", "v5-seed123", "v5-seed42"]
 

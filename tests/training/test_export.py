@@ -29,6 +29,7 @@ from training.data.clinc import load_clinc150
 from training.data.dataset import DatasetSplits
 from training.data.registry import data_dir
 from training.errors import FractalError
+from training.evaluation.shortlist import ShortlistMeasurement, ShortlistRow
 from training.export import export_bundle, export_identity_bundle, identity_prefix_dims
 from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
@@ -37,6 +38,25 @@ TOLERANCE = 1e-4
 PREFIX_DIMS = [64, 128, 192, 256]
 GRANULARITY = {"coarse": 64, "fine": 256}
 CPU = ["CPUExecutionProvider"]
+
+
+def _shortlist(full_dim: int = 256) -> ShortlistMeasurement:
+    """A measured C2F table (made up) in which the 128-d prefix is the first to reach 0.99."""
+    return ShortlistMeasurement(
+        k=10,
+        shortlist_ks=(20, 40, 100),
+        choice_k=40,
+        target=0.99,
+        full_dim=full_dim,
+        documents=1000,
+        queries=100,
+        rows=(
+            ShortlistRow(64, (0.5, 0.6, 0.7)),
+            ShortlistRow(128, (0.97, 0.992, 0.999)),
+            ShortlistRow(192, (0.99, 0.999, 1.0)),
+        ),
+        shortlist_dim=128,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +137,7 @@ def head_dir(
         evaluation={"knn_accuracy": 0.5},
         report_files={"report.json": work / "report.json", "report.md": work / "report.md"},
         check_texts=check_texts,
+        shortlist=_shortlist(),
     )
     return out_dir
 
@@ -215,6 +236,21 @@ def test_head_bundle_embedding_and_logits_equal_torch(
     assert np.abs(onnx_fine - fine).max() <= TOLERANCE
 
 
+def test_head_bundle_records_the_measured_shortlist(head_dir: Path) -> None:
+    """The shortlist measurement becomes the third resolution, an evaluation entry and a section
+    of the shipped report.md (appended to the report the bundle was given)."""
+    manifest = load_bundle(head_dir)
+    assert manifest.granularity == {**GRANULARITY, "shortlist": 128}
+    assert manifest.shortlist_dim == 128
+    assert manifest.evaluation["knn_accuracy"] == 0.5
+    recorded = manifest.evaluation["shortlist"]
+    assert recorded == _shortlist().to_json()
+    assert [row["dim"] for row in recorded["recall_at_k"]] == [64, 128, 192]
+    report = (head_dir / "report.md").read_text(encoding="utf-8")
+    assert report.startswith("# report\n") and "## C2F shortlist" in report
+    assert "| 128 | 0.970 | 0.992 | 0.999 |" in report and "Shortlist prefix: **128**" in report
+
+
 def test_refuses_to_overwrite_a_bundle(
     head_dir: Path, encoder: FrozenEncoder, check_texts: list[str]
 ) -> None:
@@ -245,6 +281,7 @@ def test_failed_check_leaves_nothing_behind(
         ({"report_files": {"../x.json": Path("x.json")}}, "must be a plain file name"),
         ({"report_files": {"report.md": Path("/nowhere/report.md")}}, "report file not found"),
         ({"report_files": {"heads.onnx": Path("x")}}, "is reserved for the bundle"),
+        ({"shortlist": _shortlist(full_dim=384)}, "measured on 384-d vectors"),
     ],
 )
 def test_inconsistent_arguments_are_refused(

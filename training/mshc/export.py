@@ -29,6 +29,7 @@ from bundle import (
 from training.bundle_embeddings import cpu_session
 from training.data.dataset import LabelHierarchy
 from training.errors import FractalError
+from training.evaluation.shortlist import ShortlistMeasurement
 from training.export import export_bundle, export_onnx, max_abs_diff
 from training.frozen_encoder import FrozenEncoder
 from training.mshc.pipeline import MSHCModel
@@ -89,8 +90,10 @@ def export_mshc_bundle(
     report_files: dict[str, Path] | None,
     check_texts: list[str],
     overwrite: bool = False,
+    shortlist: ShortlistMeasurement | None = None,
 ) -> Manifest:
-    """Write the MSHC bundle of ``model`` (trained on ``encoder``'s features) to ``out_dir``."""
+    """Write the MSHC bundle of ``model`` (trained on ``encoder``'s features) to ``out_dir``;
+    ``shortlist`` is C2F's measured shortlist prefix (see :func:`training.export.export_bundle`)."""
     config = model.config
     if config.skip:
         raise FractalError(
@@ -120,4 +123,5 @@ def export_mshc_bundle(
             with_heads=False,
             extra_files={PQ_CODEBOOKS_FILE: folder / PQ_CODEBOOKS_FILE, SAE_FILE: sae_path},
             compression=compression_manifest(model, pq),
+            shortlist=shortlist,
         )
