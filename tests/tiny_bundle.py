@@ -9,7 +9,10 @@ It is shaped like the identity bundle of MiniLM (objective ``identity``, no head
 - ``encoder.onnx``: token embeddings → mean over the attention mask → a fixed projection, with
   weights drawn from a seeded generator, written with ``onnx.helper``;
 - ``manifest.json``: written and checked by the bundle package (:func:`bundle.write_manifest`,
-  :func:`bundle.load_bundle`).
+  :func:`bundle.load_bundle`);
+- with ``heads=True``: ``heads.onnx`` (embedding → coarse and fine logits, two fixed seeded
+  linear maps) over a 3-domain, 6-intent hierarchy (:data:`TINY_HIERARCHY`), objective ``v5``;
+  and with a ``router`` policy, its ``router.json``.
 
 The same seed gives the same files, hence the same bundle hash.
 """
@@ -27,16 +30,21 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from bundle import (
     ATTENTION_MASK,
     COARSE,
+    COARSE_LOGITS,
     EMBEDDING,
     ENCODER_FILE,
     FINE,
+    FINE_LOGITS,
+    HEADS_FILE,
     INPUT_IDS,
     TOKENIZER_FILE,
     Backbone,
+    HierarchyLevel,
     Manifest,
     load_bundle,
     write_manifest,
 )
+from bundle.router import ROUTER_FILE, RouterPolicy, write_router
 
 NAME = "tiny"
 DIM = 384
@@ -46,6 +54,13 @@ SEED = 13
 ONNX_OPSET = 17
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 CHARACTERS = string.ascii_lowercase + string.digits + string.punctuation
+TINY_HIERARCHY = (
+    HierarchyLevel("domain", ("banking", "travel", "utility")),
+    HierarchyLevel("intent", ("balance", "transfer", "book_flight", "lost_luggage", "alarm",
+                              "timer")),
+)  # fmt: skip
+TINY_FINE_PARENTS = (0, 0, 1, 1, 2, 2)
+"""The coarse parent of every intent of :data:`TINY_HIERARCHY`."""
 
 
 def _vocabulary() -> dict[str, int]:
@@ -109,18 +124,49 @@ def tiny_encoder(vocabulary_size: int, seed: int = SEED) -> onnx.ModelProto:
     return model
 
 
-def build_tiny_bundle(out_dir: Path) -> Manifest:
+def tiny_heads(seed: int = SEED) -> onnx.ModelProto:
+    """embedding (float32, [batch, DIM]) → coarse_logits [batch, 3] and fine_logits [batch, 6]:
+    two fixed seeded linear maps (shaped like ``heads.onnx``, not trained)."""
+    rng = np.random.default_rng(seed + 1)
+    coarse, fine = TINY_HIERARCHY
+    sizes = {COARSE_LOGITS: len(coarse.labels), FINE_LOGITS: len(fine.labels)}
+    nodes, initializers, outputs = [], [], []
+    for output, size in sizes.items():
+        weights = (rng.standard_normal((DIM, size)) * 0.2).astype(np.float32)
+        initializers.append(numpy_helper.from_array(weights, f"{output}_weights"))
+        nodes.append(helper.make_node("MatMul", [EMBEDDING, f"{output}_weights"], [output]))
+        outputs.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", size]))
+    graph = helper.make_graph(
+        nodes,
+        "tiny_heads",
+        [helper.make_tensor_value_info(EMBEDDING, TensorProto.FLOAT, ["batch", DIM])],
+        outputs,
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def build_tiny_bundle(
+    out_dir: Path, *, heads: bool = False, router: RouterPolicy | None = None
+) -> Manifest:
     """Write the tiny bundle to ``out_dir`` (created, or an empty folder) and return its
-    manifest, read back and verified as the service reads it."""
+    manifest, read back and verified as the service reads it. ``heads`` adds ``heads.onnx`` and
+    the hierarchy, ``router`` (with ``heads``) a ``router.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
     onnx.save(tiny_encoder(tokenizer.get_vocab_size()), out_dir / ENCODER_FILE)
+    if heads:
+        onnx.save(tiny_heads(), out_dir / HEADS_FILE)
+    if router is not None:
+        write_router(out_dir / ROUTER_FILE, router)
     write_manifest(
         out_dir,
         Manifest(
             name=NAME,
-            objective="identity",
+            objective="v5" if heads else "identity",
             backbone=Backbone(
                 source="tests/tiny_bundle.py",
                 pooling="mean",
@@ -131,6 +177,7 @@ def build_tiny_bundle(out_dir: Path) -> Manifest:
             dim=DIM,
             prefix_dims=PREFIX_DIMS,
             granularity={COARSE: PREFIX_DIMS[0], FINE: PREFIX_DIMS[-1]},
+            hierarchy=TINY_HIERARCHY if heads else None,
             onnx_max_abs_diff=0.0,
             created_at="2024-01-01T00:00:00+00:00",
         ),

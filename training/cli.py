@@ -203,6 +203,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
     from training.export import export_bundle
     from training.head_job import load_run
     from training.prepared_data import prepare_data
+    from training.router_fit import fit_router
 
     run = load_run(run_dir)
     encoder = data.encoder if data is not None else _encoder(args)
@@ -218,6 +219,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
             raise FractalError(f"report folder not found: {report_dir}")
         report_files = {p.name: p for p in sorted(report_dir.iterdir()) if p.is_file()}
     dims = list(run.train.prefix_dims)
+    router, router_note = fit_router(data, run.head, run.train, progress=not args.no_progress)
     manifest = export_bundle(
         out,
         encoder,
@@ -231,8 +233,10 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
         report_files=report_files,
         check_texts=list(data.splits.test.texts[:64]),
         overwrite=args.overwrite,
+        router=router,
     )
     print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
+    print(router_note)
 
 
 def _prepare(args, objectives: list[str]):

@@ -43,6 +43,7 @@ from bundle import (
     install_bundle,
     staging_dir,
 )
+from bundle.router import ROUTER_FILE, RouterPolicy, write_router
 from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
 from training.errors import FractalError, bundle_errors_as_fractal
@@ -236,11 +237,12 @@ def _check_arguments(
     overwrite: bool,
     check_texts: list[str],
     with_heads: bool = True,
+    router: RouterPolicy | None = None,
 ) -> None:
     for file_name, source in report_files.items():
         if PurePosixPath(file_name).name != file_name or file_name in ("", ".", ".."):
             raise FractalError(f"report file name {file_name!r} must be a plain file name")
-        if file_name in (ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, MANIFEST_FILE):
+        if file_name in (ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, MANIFEST_FILE, ROUTER_FILE):
             raise FractalError(f"report file name {file_name!r} is reserved for the bundle")
         if not Path(source).is_file():
             raise FractalError(f"report file not found: {source}")
@@ -262,6 +264,11 @@ def _check_arguments(
     expected = [hierarchy.num_classes(level) for level in range(hierarchy.depth)]
     if widths != expected:
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
+    if router is not None and len(router.fine_parents) != expected[-1]:
+        raise FractalError(
+            f"{ROUTER_FILE} has parents for {len(router.fine_parents)} fine labels, the hierarchy "
+            f"{expected[-1]}"
+        )
 
 
 def export_bundle(
@@ -282,6 +289,7 @@ def export_bundle(
     with_heads: bool = True,
     extra_files: dict[str, Path] | None = None,
     compression: Compression | None = None,
+    router: RouterPolicy | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 
@@ -291,15 +299,18 @@ def export_bundle(
     ``with_heads=False`` serves the head's projection without ``heads.onnx`` (objectives trained
     without classifiers: MSHC, contrastive MRL, MIC, MIPIC, SFS);
     ``extra_files`` (copied like the report) and ``compression`` are an objective's extra parts,
-    described in the manifest (see :mod:`bundle.format`).
+    described in the manifest (see :mod:`bundle.format`). ``router`` is the ``granularity=auto``
+    policy fitted for the heads (:mod:`training.router_fit`), written as ``router.json``.
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.
     """
     out_dir = Path(out_dir)
     report_files = {**(report_files or {}), **(extra_files or {})}
+    if router is not None and (head is None or not with_heads):
+        raise FractalError(f"{ROUTER_FILE} routes with heads.onnx: a bundle without it has none")
     _check_arguments(
-        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads
+        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads, router
     )
     dim = head.dim if head is not None else encoder.config.hidden_size
     try:
@@ -327,6 +338,8 @@ def export_bundle(
     with staging_dir(out_dir) as staging:
         for file_name, source in report_files.items():
             shutil.copyfile(source, staging / file_name)
+        if router is not None:
+            write_router(staging / ROUTER_FILE, router)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
         _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim, with_heads)
         diff = _check_against_torch(
