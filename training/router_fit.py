@@ -22,6 +22,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from bundle.router import FEATURE_NAMES, RouterPolicy, router_features
 from training.data.dataset import HierarchicalDataset, LabelHierarchy
@@ -35,6 +38,7 @@ from training.trainer import validation_split
 DECISION_THRESHOLD = 0.5
 REGULARISATION = 1.0  # LogisticRegression's C, on standardised features
 MIN_VALIDATION_ROWS = 20
+CV_FOLDS = 5
 JOIN_SEED = 0
 
 
@@ -70,7 +74,9 @@ def fit_policy(
     fit_info: dict | None = None,
 ) -> RouterPolicy:
     """A logistic regression of ``is_coarse`` on the standardised :data:`FEATURE_NAMES` of the
-    queries whose heads gave these logits; its training accuracy and log loss go in ``fit``."""
+    queries whose heads gave these logits. Its training accuracy and log loss go in ``fit``, and
+    the accuracy of the same fit cross-validated over these queries (5 stratified folds, where
+    each kind has that many queries): what to expect on queries like them that it did not see."""
     is_coarse = np.asarray(is_coarse, dtype=bool)
     if is_coarse.all() or not is_coarse.any():
         raise FractalError("fitting a router needs both coarse and fine queries")
@@ -92,6 +98,14 @@ def fit_policy(
     probability = np.clip(policy.coarse_probability(coarse_logits, fine_logits), 1e-12, 1 - 1e-12)
     decided_coarse = probability >= policy.threshold
     log_loss = -np.mean(np.where(is_coarse, np.log(probability), np.log(1 - probability)))
+    folds = min(CV_FOLDS, int(is_coarse.sum()), int((~is_coarse).sum()))
+    cross_validated = None
+    if folds >= 2:
+        pipeline = make_pipeline(
+            StandardScaler(), LogisticRegression(C=REGULARISATION, max_iter=5000)
+        )
+        splits = StratifiedKFold(folds, shuffle=True, random_state=0)
+        cross_validated = float(cross_val_score(pipeline, features, is_coarse, cv=splits).mean())
     fit = {
         **(fit_info or {}),
         "queries": int(len(is_coarse)),
@@ -99,6 +113,8 @@ def fit_policy(
         "fine_queries": int((~is_coarse).sum()),
         "accuracy": float(np.mean(decided_coarse == is_coarse)),
         "log_loss": float(log_loss),
+        "cross_validated_accuracy": cross_validated,
+        "cross_validation_folds": folds if cross_validated is not None else 0,
         "regularisation_c": REGULARISATION,
     }
     return replace(policy, fit=fit)

@@ -42,6 +42,8 @@ def test_the_fit_separates_spread_from_sure_queries() -> None:
         200,
     )
     assert policy.fit["accuracy"] >= 0.95 and policy.fit["log_loss"] < 0.3
+    assert policy.fit["cross_validated_accuracy"] >= 0.9
+    assert policy.fit["cross_validation_folds"] == 5
     assert policy.threshold == 0.5 and policy.fine_parents == tuple(PARENTS.tolist())
     new_coarse, new_fine, new_is_coarse = _queries(400, seed=1)
     decided = policy.coarse_probability(new_coarse, new_fine) >= policy.threshold
