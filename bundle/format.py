@@ -9,6 +9,7 @@ A bundle is a directory, immutable once written::
                      to the longest text of a batch already switched on
     heads.onnx       optional: embedding → coarse_logits (level 0, read from the normalised coarse
                      prefix) and fine_logits (finest level, read from the normalised full vector)
+    router.json      optional, with heads.onnx: the granularity=auto policy (``bundle.router``)
     report.*, *.png  optional: how the bundle scored when it was made
     pq_codebooks.npy optional (MSHC): float32 [m, 2^nbits, dim / m] PQ sub-centroids of the
                      L2-normalised ``compression.pq.dim`` prefix, for an index of m-byte codes

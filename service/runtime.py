@@ -56,9 +56,11 @@ class Resolutions:
 
 @dataclass(frozen=True)
 class AutoRouting:
-    """How ``granularity=auto`` decides: with the bundle's heads (if any) and two thresholds."""
+    """How ``granularity=auto`` decides: ``policy`` is ``router`` (the bundle's router.json),
+    ``thresholds`` (the heads' confidences against two thresholds) or ``fine`` (no heads)."""
 
     heads: bool
+    policy: str
     fine_threshold: float
     coarse_threshold: float
 
@@ -360,6 +362,7 @@ class Runtime:
             ),
             auto_routing=AutoRouting(
                 heads=self.router.has_heads,
+                policy=self.router.policy,
                 fine_threshold=self.router.fine_threshold,
                 coarse_threshold=self.router.coarse_threshold,
             ),

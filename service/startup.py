@@ -29,7 +29,8 @@ from service.settings import Settings, available_cores
 
 
 def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, GranularityRouter]:
-    """The encoder (tokenizer + ``encoder.onnx``) and the router (``heads.onnx`` if any)."""
+    """The encoder (tokenizer + ``encoder.onnx``) and the router (``heads.onnx`` and
+    ``router.json`` if any)."""
     try:
         encoder = OnnxEncoder(
             settings.bundle_dir, manifest, settings.threads, settings.encoder_spin
@@ -41,7 +42,9 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
             settings.auto_coarse_threshold,
         )
     except Exception as exc:  # ONNX Runtime and tokenizers raise their own exception types
-        raise StartupError(f"cannot load the bundle's tokenizer or ONNX graphs: {exc}") from exc
+        raise StartupError(
+            f"cannot load the bundle's tokenizer, ONNX graphs or router: {exc}"
+        ) from exc
     return encoder, router
 
 

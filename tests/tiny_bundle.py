@@ -9,7 +9,10 @@ It is shaped like the identity bundle of MiniLM (objective ``identity``, no head
 - ``encoder.onnx``: token embeddings → mean over the attention mask → a fixed projection, with
   weights drawn from a seeded generator, written with ``onnx.helper``;
 - ``manifest.json``: written and checked by the bundle package (:func:`bundle.write_manifest`,
-  :func:`bundle.load_bundle`).
+  :func:`bundle.load_bundle`);
+- with ``heads=True``: ``heads.onnx`` (embedding → coarse and fine logits, two fixed seeded
+  linear maps) over a 3-domain, 6-intent hierarchy (:data:`TINY_HIERARCHY`), objective ``v5``;
+  and with a ``router`` policy, its ``router.json``.
 
 :func:`add_fixed_heads` gives a tiny bundle a ``heads.onnx`` whose heads pick the same labels
 for every text, and the label hierarchy they name, for tests of what ``granularity=auto`` reports.
@@ -46,6 +49,7 @@ from bundle import (
     load_bundle,
     write_manifest,
 )
+from bundle.router import ROUTER_FILE, RouterPolicy, write_router
 
 NAME = "tiny"
 DIM = 384
@@ -55,6 +59,13 @@ SEED = 13
 ONNX_OPSET = 17
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 CHARACTERS = string.ascii_lowercase + string.digits + string.punctuation
+TINY_HIERARCHY = (
+    HierarchyLevel("domain", ("banking", "travel", "utility")),
+    HierarchyLevel("intent", ("balance", "transfer", "book_flight", "lost_luggage", "alarm",
+                              "timer")),
+)  # fmt: skip
+TINY_FINE_PARENTS = (0, 0, 1, 1, 2, 2)
+"""The coarse parent of every intent of :data:`TINY_HIERARCHY`."""
 
 
 def _vocabulary() -> dict[str, int]:
@@ -118,11 +129,42 @@ def tiny_encoder(vocabulary_size: int, seed: int = SEED) -> onnx.ModelProto:
     return model
 
 
-def build_tiny_bundle(out_dir: Path, shortlist_dim: int | None = None) -> Manifest:
+def tiny_heads(seed: int = SEED) -> onnx.ModelProto:
+    """embedding (float32, [batch, DIM]) → coarse_logits [batch, 3] and fine_logits [batch, 6]:
+    two fixed seeded linear maps (shaped like ``heads.onnx``, not trained)."""
+    rng = np.random.default_rng(seed + 1)
+    coarse, fine = TINY_HIERARCHY
+    sizes = {COARSE_LOGITS: len(coarse.labels), FINE_LOGITS: len(fine.labels)}
+    nodes, initializers, outputs = [], [], []
+    for output, size in sizes.items():
+        weights = (rng.standard_normal((DIM, size)) * 0.2).astype(np.float32)
+        initializers.append(numpy_helper.from_array(weights, f"{output}_weights"))
+        nodes.append(helper.make_node("MatMul", [EMBEDDING, f"{output}_weights"], [output]))
+        outputs.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", size]))
+    graph = helper.make_graph(
+        nodes,
+        "tiny_heads",
+        [helper.make_tensor_value_info(EMBEDDING, TensorProto.FLOAT, ["batch", DIM])],
+        outputs,
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def build_tiny_bundle(
+    out_dir: Path,
+    *,
+    shortlist_dim: int | None = None,
+    heads: bool = False,
+    router: RouterPolicy | None = None,
+) -> Manifest:
     """Write the tiny bundle to ``out_dir`` (created, or an empty folder) and return its
     manifest, read back and verified as the service reads it. ``shortlist_dim`` records a C2F
     shortlist prefix in the granularity map, as a measured export does (default: none, so C2F
-    shortlists at the coarse prefix)."""
+    shortlists at the coarse prefix); ``heads`` adds ``heads.onnx`` and the hierarchy, ``router``
+    (with ``heads``) a ``router.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
@@ -130,11 +172,15 @@ def build_tiny_bundle(out_dir: Path, shortlist_dim: int | None = None) -> Manife
     granularity = {COARSE: PREFIX_DIMS[0], FINE: PREFIX_DIMS[-1]}
     if shortlist_dim is not None:
         granularity[SHORTLIST] = shortlist_dim
+    if heads:
+        onnx.save(tiny_heads(), out_dir / HEADS_FILE)
+    if router is not None:
+        write_router(out_dir / ROUTER_FILE, router)
     write_manifest(
         out_dir,
         Manifest(
             name=NAME,
-            objective="identity",
+            objective="v5" if heads else "identity",
             backbone=Backbone(
                 source="tests/tiny_bundle.py",
                 pooling="mean",
@@ -145,6 +191,7 @@ def build_tiny_bundle(out_dir: Path, shortlist_dim: int | None = None) -> Manife
             dim=DIM,
             prefix_dims=PREFIX_DIMS,
             granularity=granularity,
+            hierarchy=TINY_HIERARCHY if heads else None,
             onnx_max_abs_diff=0.0,
             created_at="2024-01-01T00:00:00+00:00",
         ),

@@ -208,6 +208,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
     from training.export import export_bundle
     from training.head_job import load_run, measure_head_shortlist
     from training.prepared_data import prepare_data
+    from training.router_fit import fit_router
 
     run = load_run(run_dir)
     encoder = data.encoder if data is not None else _encoder(args)
@@ -224,6 +225,7 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
         report_files = {p.name: p for p in sorted(report_dir.iterdir()) if p.is_file()}
     dims = list(run.train.prefix_dims)
     shortlist = measure_head_shortlist(data, run.head, dims)
+    router, router_note = fit_router(data, run.head, run.train, progress=not args.no_progress)
     manifest = export_bundle(
         out,
         encoder,
@@ -238,9 +240,11 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
         check_texts=list(data.splits.test.texts[:64]),
         overwrite=args.overwrite,
         shortlist=shortlist,
+        router=router,
     )
     print("\n".join(shortlist.markdown()))
     print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
+    print(router_note)
 
 
 def _prepare(args, objectives: list[str]):
@@ -418,8 +422,13 @@ def _cmd_finetune(args):
     data_config = _data_config(args)
     data_config.load()
     bundle = run_finetune(
-        data_config, _encoder(args), config, args.out, name=args.name,
-        overwrite=args.overwrite, progress=not args.no_progress,
+        data_config,
+        _encoder(args),
+        config,
+        args.out,
+        name=args.name,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
     )
     print(f"bundle: {bundle}")
 
@@ -542,7 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--prefix-dims", type=_int_list, help="nested dims (default: 16,…,384)")
     tune.add_argument("--fragment-dim", type=int, help="sfs: fragment size, a divisor of --dim")
     tune.add_argument(
-        "--unfreeze-layers", type=int, default=0,
+        "--unfreeze-layers",
+        type=int,
+        default=0,
         help="train the top N transformer layers too (0: head only; all layers: the whole model)",
     )
     tune.add_argument("--steps", type=int, default=500)
@@ -584,7 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_options(mshc)
     mshc.add_argument("--out", type=Path, required=True, help="writes report/ and bundle/")
     mshc.add_argument(
-        "--quantizer", choices=("vq", "rvq", "fsq"), default="vq",
+        "--quantizer",
+        choices=("vq", "rvq", "fsq"),
+        default="vq",
         help="the VQ stage of the pipeline (default: the paper's soft-to-hard VQ)",
     )
     mshc.add_argument("--mrl-epochs", type=int, default=10)

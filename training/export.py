@@ -44,6 +44,7 @@ from bundle import (
     install_bundle,
     staging_dir,
 )
+from bundle.router import ROUTER_FILE, RouterPolicy, write_router
 from training.bundle_embeddings import cpu_session, onnx_embeddings, tokenize_batch
 from training.data.dataset import LabelHierarchy
 from training.errors import FractalError, bundle_errors_as_fractal
@@ -238,11 +239,12 @@ def _check_arguments(
     overwrite: bool,
     check_texts: list[str],
     with_heads: bool = True,
+    router: RouterPolicy | None = None,
 ) -> None:
     for file_name, source in report_files.items():
         if PurePosixPath(file_name).name != file_name or file_name in ("", ".", ".."):
             raise FractalError(f"report file name {file_name!r} must be a plain file name")
-        if file_name in (ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, MANIFEST_FILE):
+        if file_name in (ENCODER_FILE, HEADS_FILE, TOKENIZER_FILE, MANIFEST_FILE, ROUTER_FILE):
             raise FractalError(f"report file name {file_name!r} is reserved for the bundle")
         if not Path(source).is_file():
             raise FractalError(f"report file not found: {source}")
@@ -264,6 +266,11 @@ def _check_arguments(
     expected = [hierarchy.num_classes(level) for level in range(hierarchy.depth)]
     if widths != expected:
         raise FractalError(f"head classifier sizes {widths} do not match the hierarchy {expected}")
+    if router is not None and len(router.fine_parents) != expected[-1]:
+        raise FractalError(
+            f"{ROUTER_FILE} has parents for {len(router.fine_parents)} fine labels, the hierarchy "
+            f"{expected[-1]}"
+        )
 
 
 def _write_shortlist_report(path: Path, shortlist: ShortlistMeasurement, name: str) -> None:
@@ -292,6 +299,7 @@ def export_bundle(
     extra_files: dict[str, Path] | None = None,
     compression: Compression | None = None,
     shortlist: ShortlistMeasurement | None = None,
+    router: RouterPolicy | None = None,
 ) -> Manifest:
     """Write the bundle for ``encoder`` (+ ``head``) to ``out_dir`` and return its manifest.
 
@@ -304,15 +312,18 @@ def export_bundle(
     described in the manifest (see :mod:`bundle.format`). ``shortlist``, C2F's recall measured on
     the run's data (:func:`training.evaluation.shortlist.measure_shortlist`), becomes the
     manifest's ``granularity.shortlist`` and ``evaluation.shortlist``, and a section of
-    ``report.md``.
+    ``report.md``. ``router`` is the ``granularity=auto``
+    policy fitted for the heads (:mod:`training.router_fit`), written as ``router.json``.
     The bundle is built in a temporary directory beside ``out_dir`` and moved into place only once
     complete and verified; a non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     Raises :class:`FractalError` for inconsistent arguments or a failed ONNX check.
     """
     out_dir = Path(out_dir)
     report_files = {**(report_files or {}), **(extra_files or {})}
+    if router is not None and (head is None or not with_heads):
+        raise FractalError(f"{ROUTER_FILE} routes with heads.onnx: a bundle without it has none")
     _check_arguments(
-        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads
+        out_dir, encoder, head, hierarchy, report_files, overwrite, check_texts, with_heads, router
     )
     dim = head.dim if head is not None else encoder.config.hidden_size
     granularity = dict(granularity)
@@ -346,6 +357,8 @@ def export_bundle(
             shutil.copyfile(source, staging / file_name)
         if shortlist is not None:
             _write_shortlist_report(staging / REPORT_MD_FILE, shortlist, name)
+        if router is not None:
+            write_router(staging / ROUTER_FILE, router)
         tokenizer = _save_tokenizer(encoder, staging / TOKENIZER_FILE)
         _export_graphs(staging, encoder, head, tokenizer, draft.coarse_dim, with_heads)
         diff = _check_against_torch(

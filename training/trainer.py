@@ -42,6 +42,21 @@ def _head_accuracy(
     return float(coarse.float().mean() + fine.float().mean())
 
 
+def validation_split(
+    size: int, fraction: float, generator: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out validation rows and the rows the head is fitted on, out of ``size`` training
+    rows: the first ``round(fraction · size)`` of a permutation drawn from ``generator``.
+
+    :func:`train_head` draws it first from ``default_rng(config.seed)``, so the same call on a
+    fresh generator of that seed gives back a run's validation rows (the router's fit uses them:
+    :mod:`training.router_fit`).
+    """
+    order = generator.permutation(size)
+    num_validation = int(round(fraction * size))
+    return order[:num_validation], order[num_validation:]
+
+
 def train_head(
     features: np.ndarray,
     labels: np.ndarray,
@@ -56,15 +71,13 @@ def train_head(
         raise ValueError("features and labels differ in length")
     torch.manual_seed(config.seed)
     generator = np.random.default_rng(config.seed)
-    order = generator.permutation(len(features))
-    num_validation = int(round(config.validation_fraction * len(features)))
-    if len(features) - num_validation < config.batch_size:
+    val_idx, train_idx = validation_split(len(features), config.validation_fraction, generator)
+    if len(train_idx) < config.batch_size:
         raise FractalError(
             f"{len(features)} training texts are too few for batch size {config.batch_size}"
         )
     x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-    val_idx, train_idx = order[:num_validation], order[num_validation:]
 
     head = FractalHead(features.shape[1], num_classes, dim=config.dim)
     loss_fn = OBJECTIVES[config.objective](

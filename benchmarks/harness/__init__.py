@@ -8,4 +8,6 @@
 - :mod:`~benchmarks.harness.encoder_variants`: fused and int8 variants of a bundle's encoder;
 - :mod:`~benchmarks.harness.live_load`: a corpus and load cells for the live service;
 - :mod:`~benchmarks.harness.clinc_documents`: CLINC-150 utterances as service documents.
+- :mod:`~benchmarks.harness.router_decisions`: how often ``granularity=auto`` picks the right
+  resolution on a mixed coarse/fine workload, offline.
 """

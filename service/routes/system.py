@@ -51,6 +51,10 @@ class Resolutions(FromAttributes):
 
 class AutoRouting(FromAttributes):
     heads: bool = Field(description="Whether the bundle has heads; without, auto → fine.")
+    policy: Literal["router", "thresholds", "fine"] = Field(
+        description="router: the bundle's router.json decides; thresholds: the heads' "
+        "confidences against the two thresholds; fine: no heads, always fine."
+    )
     fine_threshold: float
     coarse_threshold: float
 

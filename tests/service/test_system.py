@@ -60,7 +60,9 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         "indexed_dims": [64, 256],
         "fragment_dim": None,
     }
-    assert info["auto_routing"] == {"heads": True, "fine_threshold": 0.5, "coarse_threshold": 0.5}
+    assert info["auto_routing"] == {
+        "heads": True, "policy": "thresholds", "fine_threshold": 0.5, "coarse_threshold": 0.5
+    }  # fmt: skip
     assert info["documents"] == len(DOCUMENTS)
     sizes = {(index["dimension"], index["kind"]): index for index in info["indexes"]}
     assert set(sizes) == {(dim, kind) for dim in (64, 256) for kind in ("exact", "hnsw", "pq")}

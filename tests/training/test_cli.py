@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from bundle import load_bundle
+from bundle.router import ROUTER_FILE, load_router
 from training.cli import main
+from training.data.registry import data_dir
 from training.head_job import load_run
 
 
@@ -223,3 +225,12 @@ def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
         splits.train.texts + splits.test.texts
     )
     assert splits.hierarchy.to_json()["levels"] == manifest.to_json()["hierarchy"]["levels"]
+    # The auto router, fitted on the join construction over v5-seed42's 60 held-out rows.
+    router = load_router(out / "bundle", manifest)
+    assert router is not None and ROUTER_FILE in manifest.files
+    assert router.fit["construction"] == "join" and router.fit["validation_rows"] == 60
+    assert (router.fit["coarse_queries"], router.fit["fine_queries"]) == (60, 60)
+    domains = json.loads((data_dir() / "clinc150" / "domains.json").read_text(encoding="utf-8"))
+    domain_of = {intent: domain for domain, intents in domains.items() for intent in intents}
+    coarse, fine = manifest.hierarchy[0].labels, manifest.hierarchy[1].labels
+    assert router.fine_parents == tuple(coarse.index(domain_of[intent]) for intent in fine)

@@ -24,6 +24,7 @@ from bundle import (
     TOKENIZER_FILE,
     load_bundle,
 )
+from bundle.router import RouterPolicy
 from training import export
 from training.data.clinc import load_clinc150
 from training.data.dataset import DatasetSplits
@@ -270,6 +271,14 @@ def test_failed_check_leaves_nothing_behind(
     assert list(tmp_path.iterdir()) == []
 
 
+def _router(fine_labels: int) -> RouterPolicy:
+    """A hand-made router.json policy for ``fine_labels`` intents (for the refusals)."""
+    return RouterPolicy(
+        features=("fine_max",), mean=(0.5,), scale=(1.0,), weights=(-1.0,), bias=0.0,
+        threshold=0.5, fine_parents=tuple(i % 10 for i in range(fine_labels)),
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -282,6 +291,9 @@ def test_failed_check_leaves_nothing_behind(
         ({"report_files": {"report.md": Path("/nowhere/report.md")}}, "report file not found"),
         ({"report_files": {"heads.onnx": Path("x")}}, "is reserved for the bundle"),
         ({"shortlist": _shortlist(full_dim=384)}, "measured on 384-d vectors"),
+        ({"report_files": {"router.json": Path("x")}}, "is reserved for the bundle"),
+        ({"router": _router(149)}, "has parents for 149 fine labels, the hierarchy 150"),
+        ({"router": _router(150), "with_heads": False}, "router.json routes with heads.onnx"),
     ],
 )
 def test_inconsistent_arguments_are_refused(
