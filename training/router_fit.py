@@ -31,7 +31,7 @@ from training.data.dataset import HierarchicalDataset, LabelHierarchy
 from training.errors import FractalError
 from training.evaluation.mixed_queries import join_queries
 from training.head import FractalHead
-from training.prepared_data import DataConfig, PreparedData
+from training.prepared_data import PreparedData
 from training.train_config import TrainConfig
 from training.trainer import validation_split
 
@@ -42,27 +42,13 @@ CV_FOLDS = 5
 JOIN_SEED = 0
 
 
-def fine_parents(hierarchy: LabelHierarchy, *label_arrays: np.ndarray) -> np.ndarray:
-    """The coarse (level 0) label id of every fine (finest level) label id, read off labelled
-    rows (``[rows, depth]`` arrays); -1 for a fine label no row carries."""
-    parents = np.full(hierarchy.num_classes(hierarchy.depth - 1), -1, dtype=np.int64)
-    for labels in label_arrays:
-        parents[labels[:, -1]] = labels[:, 0]
-    return parents
-
-
-def _all_fine_parents(data: PreparedData) -> np.ndarray:
-    """Every fine label's parent: from the prepared rows, or, where a subsample left a fine label
-    out, from the whole dataset (the hierarchy was built over all of its rows)."""
-    parents = fine_parents(data.hierarchy, data.splits.train.labels, data.splits.test.labels)
-    if (parents < 0).any():
-        config = data.config
-        full = DataConfig(config.dataset, None, None, config.data_seed, config.generic_options)
-        splits = full.load()
-        parents = fine_parents(data.hierarchy, splits.train.labels, splits.test.labels)
-    if (parents < 0).any():
-        raise FractalError(f"fine labels {np.flatnonzero(parents < 0).tolist()} have no rows")
-    return parents
+def fine_parents(hierarchy: LabelHierarchy) -> np.ndarray:
+    """The coarse (level 0) label id of every fine (finest level) label id: the hierarchy's
+    parent ids followed up from the finest level."""
+    ancestor = np.arange(hierarchy.num_classes(hierarchy.depth - 1))
+    for level in range(hierarchy.depth - 1, 0, -1):
+        ancestor = np.asarray(hierarchy.parents[level], dtype=np.int64)[ancestor]
+    return ancestor
 
 
 def fit_policy(
@@ -172,7 +158,7 @@ def fit_router(
         coarse_logits,
         fine_logits,
         is_coarse,
-        _all_fine_parents(data),
+        fine_parents(data.hierarchy),
         fit_info={
             "construction": "join",
             "rows": "training split, the head's held-out validation slice "

@@ -16,14 +16,22 @@ PAPER_SEEDS = (42, 123, 456, 789, 1024)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every knob of one training run; the defaults reproduce the paper plus our two terms."""
+    """Every knob of one training run: the paper's recipe (App. H) with our two terms and a longer
+    schedule.
+
+    The paper trains 5 epochs at learning rate 1e-4; on MiniLM features that leaves the head
+    under-trained (every objective gains at 10 epochs at 3e-4: V5's intent k-NN at 256-d 0.922 →
+    0.949, MRL's 0.934 → 0.944, seed 42). The discard weight 0.5 is the point of the Pareto in
+    ``benchmarks/routes.py`` with the best coarse prefix that keeps S ≥ +0.15 (see the README's
+    "Every route earns its keep").
+    """
 
     objective: str = "v5"
     dim: int = 256
     prefix_dims: tuple[int, ...] = (64, 128, 192, 256)
-    epochs: int = 5
+    epochs: int = 10
     batch_size: int = 16
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-4
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     seed: int = 42
@@ -32,7 +40,7 @@ class TrainConfig:
     prefix_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
     block_keep: tuple[float, ...] = (0.95, 0.9, 0.8, 0.7)
     supcon_weight: float = 0.5
-    discard_weight: float = 5.0
+    discard_weight: float = 0.5
 
     def validate(self, depth: int) -> None:
         if self.objective not in HEAD_OBJECTIVES:

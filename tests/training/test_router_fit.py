@@ -56,11 +56,14 @@ def test_the_fit_needs_both_kinds_of_query() -> None:
         fit_policy(coarse, fine, np.zeros(20, bool), PARENTS)
 
 
-def test_fine_parents_from_labelled_rows() -> None:
-    hierarchy = LabelHierarchy(("domain", "intent"), (("a", "b"), ("x", "y", "z")))
-    train = np.array([[0, 0], [1, 2]])
-    assert fine_parents(hierarchy, train).tolist() == [0, -1, 1]
-    assert fine_parents(hierarchy, train, np.array([[0, 1]])).tolist() == [0, 0, 1]
+def test_fine_parents_follow_the_hierarchy_up() -> None:
+    two = LabelHierarchy(("domain", "intent"), (("a", "b"), ("x", "y", "z")), ((), (0, 0, 1)))
+    assert fine_parents(two).tolist() == [0, 0, 1]
+    three = LabelHierarchy(
+        ("group", "domain", "intent"), (("g", "h"), ("a", "b", "c"), ("x", "y", "z")),
+        ((), (0, 1, 1), (2, 0, 1)),
+    )  # fmt: skip
+    assert fine_parents(three).tolist() == [1, 0, 1]
 
 
 def test_validation_split_is_the_trainers_first_draw() -> None:
