@@ -38,6 +38,7 @@ BENCHMARKS = (
     "mshc",
     "mshc_service",
     "reproduce_clinc",
+    "routes",
     "scale",
     "service_quality",
     "scale_service",

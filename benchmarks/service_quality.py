@@ -32,9 +32,11 @@ import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
 from benchmarks.harness.runner import Progress, bundle_folder, option
+from bundle import COARSE, FINE
 from support.client import FractalClient
 from support.processes import live_service
 from training.data.registry import load_dataset
+from training.evaluation.mixed_queries import join_queries
 
 K = 10
 C2F_FACTORS = (4, 10, 25, 50)
@@ -61,22 +63,6 @@ def results_name(settings: Settings) -> str:
     return "service_quality" + (f"_{settings.tag}" if settings.tag else "")
 
 
-def mixed_workload(texts: tuple[str, ...], labels: np.ndarray, size: int, seed: int):
-    """``size`` fine queries (single utterances) and ``size`` coarse ones (two intents, one
-    domain, joined)."""
-    rng = np.random.default_rng(seed)
-    fine = [texts[i] for i in rng.choice(len(texts), size, replace=False)]
-    coarse = []
-    while len(coarse) < size:
-        first = int(rng.integers(len(texts)))
-        same_domain = np.flatnonzero(
-            (labels[:, 0] == labels[first, 0]) & (labels[:, 1] != labels[first, 1])
-        )
-        second = int(rng.choice(same_domain))
-        coarse.append(f"{texts[first].rstrip('?.! ')} and {texts[second]}")
-    return fine, coarse
-
-
 def run(settings: Settings, progress: Progress) -> dict:
     assert settings.bundle is not None, "--bundle is required"
     bundle = settings.bundle
@@ -84,7 +70,9 @@ def run(settings: Settings, progress: Progress) -> dict:
     domains = data.hierarchy.label_names[0]
     documents = labelled_documents(data.train, {"domain": 0, "intent": 1}, id_prefix="train-")
     queries = list(data.test.texts)
-    fine_q, coarse_q = mixed_workload(data.test.texts, data.test.labels, settings.mixed_size, 7)
+    mixed = join_queries(data.test, 2 * settings.mixed_size, seed=7)
+    fine_q = [query.text for query in mixed if query.level == FINE]
+    coarse_q = [query.text for query in mixed if query.level == COARSE]
     with tempfile.TemporaryDirectory() as work:
         index_dir, log = Path(work) / "index", Path(work) / "service.log"
         with (

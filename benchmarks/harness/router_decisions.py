@@ -38,6 +38,32 @@ def _scores(decided_coarse: np.ndarray, is_coarse: np.ndarray) -> dict[str, floa
     }
 
 
+def decisions(
+    bundle_dir: Path,
+    vectors: np.ndarray,
+    *,
+    fine_threshold: float = DEFAULT_THRESHOLD,
+    coarse_threshold: float = DEFAULT_THRESHOLD,
+) -> dict[str, np.ndarray]:
+    """Per policy of the module docstring, whether it sends each query (a row of ``vectors``,
+    the full embeddings) to coarse."""
+    manifest = load_bundle(bundle_dir)
+    routers = {
+        "router": GranularityRouter(bundle_dir, manifest, fine_threshold, coarse_threshold),
+        "thresholds": GranularityRouter(
+            bundle_dir, manifest, fine_threshold, coarse_threshold, use_router_file=False
+        ),
+    }
+    decided = {}
+    for name, router in routers.items():
+        if name == "router" and router.router is None:
+            continue
+        decided[name] = np.array([d.granularity == COARSE for d in router.decide(vectors)])
+    decided["always_coarse"] = np.ones(len(vectors), bool)
+    decided["always_fine"] = np.zeros(len(vectors), bool)
+    return decided
+
+
 def decision_accuracy(
     bundle_dir: Path,
     queries: Sequence[MixedQuery],
@@ -48,22 +74,10 @@ def decision_accuracy(
 ) -> dict[str, dict[str, float]]:
     """Scores of every policy of the module docstring on ``queries``; ``vectors`` are the
     queries' full embeddings if already computed (else the bundle's encoder makes them)."""
-    manifest = load_bundle(bundle_dir)
     if vectors is None:
         vectors = onnx_embeddings(bundle_dir, [query.text for query in queries])
     is_coarse = np.array([query.level == COARSE for query in queries])
-    routers = {
-        "router": GranularityRouter(bundle_dir, manifest, fine_threshold, coarse_threshold),
-        "thresholds": GranularityRouter(
-            bundle_dir, manifest, fine_threshold, coarse_threshold, use_router_file=False
-        ),
-    }
-    results = {}
-    for name, router in routers.items():
-        if name == "router" and router.router is None:
-            continue
-        decisions = router.decide(vectors)
-        results[name] = _scores(np.array([d.granularity == COARSE for d in decisions]), is_coarse)
-    results["always_coarse"] = _scores(np.ones(len(queries), bool), is_coarse)
-    results["always_fine"] = _scores(np.zeros(len(queries), bool), is_coarse)
-    return results
+    decided = decisions(
+        bundle_dir, vectors, fine_threshold=fine_threshold, coarse_threshold=coarse_threshold
+    )
+    return {name: _scores(coarse, is_coarse) for name, coarse in decided.items()}

@@ -21,7 +21,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from benchmarks.harness.machine import load_average, machine_section
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "runs" / "clinc150-d5" / "bundle"
+DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "runs" / "clinc150" / "bundle"
 """The V5 bundle the HTTP and encoder benchmarks serve unless ``--bundle`` names another."""
 
 
