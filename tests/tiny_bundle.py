@@ -129,18 +129,21 @@ def tiny_encoder(vocabulary_size: int, seed: int = SEED) -> onnx.ModelProto:
     return model
 
 
-def tiny_heads(seed: int = SEED) -> onnx.ModelProto:
-    """embedding (float32, [batch, DIM]) → coarse_logits [batch, 3] and fine_logits [batch, 6]:
-    two fixed seeded linear maps (shaped like ``heads.onnx``, not trained)."""
-    rng = np.random.default_rng(seed + 1)
-    coarse, fine = TINY_HIERARCHY
-    sizes = {COARSE_LOGITS: len(coarse.labels), FINE_LOGITS: len(fine.labels)}
-    nodes, initializers, outputs = [], [], []
-    for output, size in sizes.items():
-        weights = (rng.standard_normal((DIM, size)) * 0.2).astype(np.float32)
-        initializers.append(numpy_helper.from_array(weights, f"{output}_weights"))
-        nodes.append(helper.make_node("MatMul", [EMBEDDING, f"{output}_weights"], [output]))
-        outputs.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", size]))
+def linear_heads(maps: dict[str, tuple[np.ndarray, np.ndarray]]) -> onnx.ModelProto:
+    """``heads.onnx``'s shape: embedding (float32, [batch, DIM]) → ``embedding @ weight + bias``
+    for each output name in ``maps`` (name → (weight [DIM, width], bias [width]))."""
+    initializers, nodes, outputs = [], [], []
+    for name, (weight, bias) in maps.items():
+        initializers += [
+            numpy_helper.from_array(weight.astype(np.float32), f"{name}_weight"),
+            numpy_helper.from_array(bias.astype(np.float32), f"{name}_bias"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [EMBEDDING, f"{name}_weight"], [f"{name}_product"]),
+            helper.make_node("Add", [f"{name}_product", f"{name}_bias"], [name]),
+        ]
+        width = len(bias)
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", width]))
     graph = helper.make_graph(
         nodes,
         "tiny_heads",
@@ -151,6 +154,17 @@ def tiny_heads(seed: int = SEED) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def tiny_heads(seed: int = SEED) -> onnx.ModelProto:
+    """coarse_logits [batch, 3] and fine_logits [batch, 6] of :data:`TINY_HIERARCHY`: two fixed
+    seeded linear maps (shaped like ``heads.onnx``, not trained)."""
+    rng = np.random.default_rng(seed + 1)
+    coarse, fine = TINY_HIERARCHY
+    return linear_heads({
+        output: (rng.standard_normal((DIM, size)) * 0.2, np.zeros(size))
+        for output, size in ((COARSE_LOGITS, len(coarse.labels)), (FINE_LOGITS, len(fine.labels)))
+    })  # fmt: skip
 
 
 def build_tiny_bundle(
@@ -202,35 +216,18 @@ def build_tiny_bundle(
 def fixed_heads(
     num_coarse: int, num_fine: int, coarse_choice: int, fine_choice: int
 ) -> onnx.ModelProto:
-    """embedding (float32, [batch, DIM]) → coarse_logits [batch, num_coarse] and fine_logits
-    [batch, num_fine] that ignore the embedding: 20 for the chosen label, 0 for the others, so
-    the heads pick ``coarse_choice`` and ``fine_choice`` with softmax > 0.99 for every text."""
-    initializers, nodes, outputs = [], [], []
+    """coarse_logits [batch, num_coarse] and fine_logits [batch, num_fine] that ignore the
+    embedding: 20 for the chosen label, 0 for the others, so the heads pick ``coarse_choice`` and
+    ``fine_choice`` with softmax > 0.99 for every text."""
+    maps = {}
     for name, width, choice in (
         (COARSE_LOGITS, num_coarse, coarse_choice),
         (FINE_LOGITS, num_fine, fine_choice),
     ):
-        bias = np.zeros(width, np.float32)
+        bias = np.zeros(width)
         bias[choice] = 20.0
-        initializers += [
-            numpy_helper.from_array(np.zeros((DIM, width), np.float32), f"{name}_weight"),
-            numpy_helper.from_array(bias, f"{name}_bias"),
-        ]
-        nodes += [
-            helper.make_node("MatMul", [EMBEDDING, f"{name}_weight"], [f"{name}_zero"]),
-            helper.make_node("Add", [f"{name}_zero", f"{name}_bias"], [name]),
-        ]
-        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", width]))
-    graph = helper.make_graph(
-        nodes,
-        "fixed_heads",
-        [helper.make_tensor_value_info(EMBEDDING, TensorProto.FLOAT, ["batch", DIM])],
-        outputs,
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
-    onnx.checker.check_model(model, full_check=True)
-    return model
+        maps[name] = (np.zeros((DIM, width)), bias)
+    return linear_heads(maps)
 
 
 def add_fixed_heads(
