@@ -78,7 +78,7 @@ PARETO: tuple[tuple[str, dict], ...] = (
 )  # fmt: skip
 DEFAULT_SETTING = "discard 0.5 (default)"
 MRL_SETTING = "MRL (the bar)"
-ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 21))
+ALPHAS = tuple(round(float(a), 2) for a in np.linspace(0.0, 1.0, 21))
 PAPER_CROSSOVER = 0.35
 
 
