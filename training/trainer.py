@@ -1,8 +1,9 @@
 """Head-only training on frozen features (Fractal paper §3 and App. H).
 
-Defaults are the paper's: 5 epochs, batch 16, AdamW at 1e-4 with cosine decay, gradient clipping
-at 1.0, best epoch chosen on a held-out validation slice of the training set by the heads'
-coarse + fine accuracy. FP16 is not used: on a CPU it buys nothing.
+The loop is the paper's: batch 16, AdamW with cosine decay, gradient clipping at 1.0, best epoch
+chosen on a held-out validation slice of the training set by the heads' coarse + fine accuracy;
+the default budget is longer (10 epochs at 3e-4 against the paper's 5 at 1e-4, see
+:class:`training.train_config.TrainConfig`). FP16 is not used: on a CPU it buys nothing.
 """
 
 from __future__ import annotations
