@@ -141,6 +141,15 @@ def test_run_trains_evaluates_and_exports_a_bundle(tmp_path: Path) -> None:
     for name in ("report.md", "accuracy_by_prefix.png", "workload.png"):
         assert (out / "bundle" / name).is_file()
     assert "## C2F shortlist" in (out / "bundle" / "report.md").read_text(encoding="utf-8")
+    # The auto router, fitted on the join construction over v5-seed42's 60 held-out rows.
+    router = load_router(out / "bundle", manifest)
+    assert router is not None and ROUTER_FILE in manifest.files
+    assert router.fit["construction"] == "join" and router.fit["validation_rows"] == 60
+    assert (router.fit["coarse_queries"], router.fit["fine_queries"]) == (60, 60)
+    domains = json.loads((data_dir() / "clinc150" / "domains.json").read_text(encoding="utf-8"))
+    domain_of = {intent: domain for domain, intents in domains.items() for intent in intents}
+    coarse, fine = manifest.hierarchy[0].labels, manifest.hierarchy[1].labels
+    assert router.fine_parents == tuple(coarse.index(domain_of[intent]) for intent in fine)
     runs = sorted(p.name for p in (out / "runs").iterdir())
     assert runs == ["mrl-seed123", "mrl-seed42", "v5-seed123", "v5-seed42"]
 
@@ -225,12 +234,3 @@ def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
         splits.train.texts + splits.test.texts
     )
     assert splits.hierarchy.to_json()["levels"] == manifest.to_json()["hierarchy"]["levels"]
-    # The auto router, fitted on the join construction over v5-seed42's 60 held-out rows.
-    router = load_router(out / "bundle", manifest)
-    assert router is not None and ROUTER_FILE in manifest.files
-    assert router.fit["construction"] == "join" and router.fit["validation_rows"] == 60
-    assert (router.fit["coarse_queries"], router.fit["fine_queries"]) == (60, 60)
-    domains = json.loads((data_dir() / "clinc150" / "domains.json").read_text(encoding="utf-8"))
-    domain_of = {intent: domain for domain, intents in domains.items() for intent in intents}
-    coarse, fine = manifest.hierarchy[0].labels, manifest.hierarchy[1].labels
-    assert router.fine_parents == tuple(coarse.index(domain_of[intent]) for intent in fine)
