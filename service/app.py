@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 
 from service.errors import install_error_handlers
 from service.metrics import Metrics
-from service.routes import documents, embed, openai_compat, search, system
+from service.routes import collections, documents, embed, openai_compat, search, system
 from service.runtime import Runtime
 from service.security import SecurityMiddleware, document_security
 from service.settings import Settings
@@ -55,8 +55,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.state.settings = settings or (runtime.settings if runtime is not None else None)
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (embed, openai_compat, documents, search, system):
+    for module in (embed, openai_compat, documents, collections, search, system):
         app.include_router(module.router)
+    app.include_router(documents.collection_router)
 
     @app.middleware("http")
     async def observe_latency(

@@ -48,6 +48,13 @@ class NotFound(ServiceError):
     kind = "not_found"
 
 
+class Conflict(ServiceError):
+    """The request would create what already exists (a collection name)."""
+
+    status = 409
+    kind = "conflict"
+
+
 class ModelNotFound(NotFound):
     """The OpenAI endpoint was asked for a model other than the bundle served."""
 
@@ -92,7 +99,8 @@ class ErrorResponse(BaseModel):
 
 
 _ERROR_DESCRIPTIONS = {
-    404: "not found: the message names the document or model",
+    404: "not found: the message names the document, collection or model",
+    409: "conflict: the message names what already exists",
     422: "invalid input: the message says which field and what the limit is",
     429: "the encoder queue is full; retry after the Retry-After header's seconds",
     503: "the bundle and index are not loaded (starting or stopping)",

@@ -73,24 +73,27 @@ class Metrics:
             "fractal_queue_depth", "Texts waiting in the encoder queue.", registry=registry
         )
         self.documents = Gauge(
-            "fractal_documents", "Documents in the collection.", registry=registry
+            "fractal_documents",
+            "Documents in each collection (default: the unnamed one).",
+            ["collection"],
+            registry=registry,
         )
         self.index_bytes = Gauge(
             "fractal_index_bytes",
             "Serialised size of each FAISS index, by scoring, dimension and kind.",
-            ["scoring", "dimension", "kind"],
+            ["collection", "scoring", "dimension", "kind"],
             registry=registry,
         )
         self.index_bytes_per_vector = Gauge(
             "fractal_index_bytes_per_vector",
             "Bytes one vector's code takes in each FAISS index (4·dim float32, m for PQ).",
-            ["scoring", "dimension", "kind"],
+            ["collection", "scoring", "dimension", "kind"],
             registry=registry,
         )
         self.index_vectors = Gauge(
             "fractal_index_vectors",
             "Live vectors in each FAISS index, by scoring, dimension and kind.",
-            ["scoring", "dimension", "kind"],
+            ["collection", "scoring", "dimension", "kind"],
             registry=registry,
         )
         self.errors = Counter(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from bundle import Manifest
 from index import Collection, CollectionStats, Document
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
+from service.collections import CollectionSet, HostedCollection
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
@@ -110,7 +110,7 @@ class ServiceInfo:
 
 
 class Runtime:
-    """The loaded bundle, encoder queue, router, collection and searcher."""
+    """The loaded bundle, encoder queue, router and collections (each with its searcher)."""
 
     def __init__(
         self,
@@ -119,9 +119,8 @@ class Runtime:
         *,
         encoder: OnnxEncoder,
         router: GranularityRouter,
-        collection: Collection,
+        collections: CollectionSet,
         batcher: MicroBatcher,
-        searcher: Searcher,
         search_executor: ThreadPoolExecutor,
         cache: EmbeddingCache | None,
         metrics: Metrics,
@@ -130,17 +129,23 @@ class Runtime:
         self.manifest = manifest
         self.encoder = encoder
         self.router = router
-        self.collection = collection
+        self.collections = collections
         self.batcher = batcher
-        self.searcher = searcher
         self._search_executor = search_executor
         self.cache = cache
         self.metrics = metrics
-        # A start that rebuilt or caught up indexes snapshots like one that wrote.
-        self._unsnapshotted_writes = collection.opened_with_work
-        self._snapshot_lock = threading.Lock()
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False
+
+    @property
+    def collection(self) -> Collection:
+        """The default collection's index collection."""
+        return self.collections.default.collection
+
+    @property
+    def searcher(self) -> Searcher:
+        """The default collection's searcher (every collection's plans check the same limits)."""
+        return self.collections.default.searcher
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -171,31 +176,15 @@ class Runtime:
         await asyncio.to_thread(self._search_executor.shutdown, wait=True)
         if self.cache is not None:
             await self.cache.close()
-        await asyncio.to_thread(self._snapshot_if_changed)
-        self.collection.close()
+        await asyncio.to_thread(self.collections.close)
 
     async def _snapshot_loop(self) -> None:
+        """Snapshot every collection that changed, so the next start need not rebuild or catch
+        up much."""
         while True:
             await asyncio.sleep(self.settings.snapshot_interval_s)
-            await asyncio.to_thread(self._snapshot_if_changed)
-
-    def _snapshot_if_changed(self) -> None:
-        """Write an index snapshot, so the next start need not rebuild or catch up much.
-
-        Serialised by a lock, so the snapshot at shutdown waits for a periodic one whose task
-        was cancelled while its thread still runs, and the store is closed only after both.
-        """
-        with self._snapshot_lock:
-            if not self._unsnapshotted_writes:
-                return
-            self._unsnapshotted_writes = False
-            try:
-                counter = self.collection.snapshot()
-            except (OSError, RuntimeError):
-                self._unsnapshotted_writes = True
-                logger.exception("index snapshot failed; the store is intact, a restart rebuilds")
-                return
-            logger.info("index snapshot written at change %d", counter)
+            for hosted in self.collections.all():
+                await asyncio.to_thread(hosted.snapshot_if_changed)
 
     # -- operations ------------------------------------------------------------------------
 
@@ -229,11 +218,14 @@ class Runtime:
         ids: Sequence[str | None],
         metadata: Sequence[dict[str, Any]],
         param: str = "documents",
+        collection: str | None = None,
     ) -> list[str]:
-        """Embed and store documents (ids generated where missing); committed on return."""
-        doc_ids = self._checked_documents(texts, ids, param)
-        encoded = await self.batcher.embed(texts)
-        await self._store(doc_ids, texts, encoded.vectors, metadata)
+        """Embed and store documents (ids generated where missing) in ``collection`` (None:
+        the default one); committed on return."""
+        with self.collections.get(collection).use() as hosted:
+            doc_ids = self._checked_documents(texts, ids, param)
+            encoded = await self.batcher.embed(texts)
+            await self._store(hosted, doc_ids, texts, encoded.vectors, metadata)
         return doc_ids
 
     async def add_vectors(
@@ -244,6 +236,7 @@ class Runtime:
         metadata: Sequence[dict[str, Any]],
         vectors: Sequence[Sequence[float]],
         param: str = "documents",
+        collection: str | None = None,
     ) -> list[str]:
         """Store documents with precomputed full vectors of the served bundle, without
         encoding; the same checks as :meth:`add_documents`, all or nothing, committed on
@@ -266,7 +259,8 @@ class Runtime:
                 )
             if not np.isfinite(vector).all():
                 raise InvalidRequest(f"{where} holds NaN or infinity", where)
-        await self._store(doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
+        with self.collections.get(collection).use() as hosted:
+            await self._store(hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
         return doc_ids
 
     def _checked_documents(
@@ -289,6 +283,7 @@ class Runtime:
 
     async def _store(
         self,
+        hosted: HostedCollection,
         doc_ids: list[str],
         texts: Sequence[str],
         vectors: np.ndarray,
@@ -296,20 +291,43 @@ class Runtime:
     ) -> None:
         """Upsert in one store transaction (off the event loop)."""
         await asyncio.to_thread(
-            self.collection.upsert, doc_ids, list(texts), vectors, list(metadata)
+            hosted.collection.upsert, doc_ids, list(texts), vectors, list(metadata)
         )
-        self._unsnapshotted_writes = True
+        hosted.mark_written()
 
-    async def get_document(self, doc_id: str) -> StoredDocument:
-        document: Document | None = await asyncio.to_thread(self.collection.get, doc_id)
+    async def get_document(self, doc_id: str, collection: str | None = None) -> StoredDocument:
+        with self.collections.get(collection).use() as hosted:
+            document: Document | None = await asyncio.to_thread(hosted.collection.get, doc_id)
         if document is None:
             raise NotFound(f"no document with id {doc_id!r}", "id")
         return StoredDocument(document.id, document.text, document.metadata)
 
-    async def delete_document(self, doc_id: str) -> None:
-        if not await asyncio.to_thread(self.collection.delete, [doc_id]):
-            raise NotFound(f"no document with id {doc_id!r}", "id")
-        self._unsnapshotted_writes = True
+    async def delete_document(self, doc_id: str, collection: str | None = None) -> None:
+        with self.collections.get(collection).use() as hosted:
+            if not await asyncio.to_thread(hosted.collection.delete, [doc_id]):
+                raise NotFound(f"no document with id {doc_id!r}", "id")
+            hosted.mark_written()
+
+    async def create_collection(
+        self, name: str, index_kinds: tuple[str, ...] | None
+    ) -> HostedCollection:
+        """Create and open a named collection (off the event loop: it opens a store)."""
+        hosted = await asyncio.to_thread(self.collections.create, name, index_kinds)
+        self.refresh_gauges()
+        return hosted
+
+    async def delete_collection(self, name: str) -> None:
+        """Delete a named collection once the requests using it are done."""
+        await asyncio.to_thread(self.collections.delete, name)
+        metrics = self.metrics
+        for gauge in (
+            metrics.documents,
+            metrics.index_bytes,
+            metrics.index_bytes_per_vector,
+            metrics.index_vectors,
+        ):
+            gauge.clear()  # the deleted collection's series go; the others' come back below
+        self.refresh_gauges()
 
     async def search(
         self,
@@ -317,33 +335,39 @@ class Runtime:
         plan: SearchPlan,
         param: str,
         item_params: Sequence[str] | None = None,
+        collection: str | None = None,
     ) -> tuple[SearchOutcome, float]:
-        """Search every query; also the seconds spent encoding them (queue wait included)."""
+        """Search every query in ``collection`` (None: the default one); also the seconds spent
+        encoding them (queue wait included)."""
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        encoded = await self.embed(queries, param, item_params)
-        encode_seconds = loop.time() - started
-        outcome = await loop.run_in_executor(
-            self._search_executor, self.searcher.run, encoded.vectors, plan
-        )
+        with self.collections.get(collection).use() as hosted:
+            started = loop.time()
+            encoded = await self.embed(queries, param, item_params)
+            encode_seconds = loop.time() - started
+            outcome = await loop.run_in_executor(
+                self._search_executor, hosted.searcher.run, encoded.vectors, plan
+            )
         return outcome, encode_seconds
 
     # -- introspection ---------------------------------------------------------------------
 
     def refresh_gauges(self) -> CollectionStats:
-        """Update the document and index gauges from the collection; return its stats."""
-        stats = self.collection.stats()
-        self.metrics.documents.set(stats.documents)
-        for index in map(IndexSize.of, stats.indexes.values()):
-            labels = {
-                "scoring": index.scoring,
-                "dimension": str(index.dimension),
-                "kind": index.kind,
-            }
-            self.metrics.index_bytes.labels(**labels).set(index.bytes)
-            self.metrics.index_bytes_per_vector.labels(**labels).set(index.bytes_per_vector)
-            self.metrics.index_vectors.labels(**labels).set(index.vectors)
-        return stats
+        """Update every collection's document and index gauges; return the default one's
+        stats."""
+        for hosted in self.collections.all():
+            stats = hosted.stats()
+            self.metrics.documents.labels(collection=hosted.name).set(stats.documents)
+            for index in map(IndexSize.of, stats.indexes.values()):
+                labels = {
+                    "collection": hosted.name,
+                    "scoring": index.scoring,
+                    "dimension": str(index.dimension),
+                    "kind": index.kind,
+                }
+                self.metrics.index_bytes.labels(**labels).set(index.bytes)
+                self.metrics.index_bytes_per_vector.labels(**labels).set(index.bytes_per_vector)
+                self.metrics.index_vectors.labels(**labels).set(index.vectors)
+        return self.collections.default.stats()
 
     def info(self) -> ServiceInfo:
         stats = self.refresh_gauges()

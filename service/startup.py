@@ -18,13 +18,13 @@ import faiss
 from bundle import BundleError, Manifest, load_bundle
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
-from service.collection import IndexDirError, open_collection
+from service.collection import IndexDirError
+from service.collections import CollectionSet
 from service.encoder import OnnxEncoder
 from service.errors import StartupError
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
 from service.runtime import Runtime
-from service.search import Searcher
 from service.settings import Settings, available_cores
 
 
@@ -81,11 +81,11 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
     except BundleError as exc:
         raise StartupError(str(exc)) from exc
     encoder, router = _load_graphs(settings, manifest)
+    metrics = metrics or Metrics()
     try:
-        collection = open_collection(settings, manifest)
+        collections = CollectionSet(settings, manifest, router, metrics)
     except IndexDirError as exc:
         raise StartupError(str(exc)) from exc
-    metrics = metrics or Metrics()
     batcher = MicroBatcher(
         encoder.encode,
         metrics,
@@ -98,9 +98,8 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         manifest,
         encoder=encoder,
         router=router,
-        collection=collection,
+        collections=collections,
         batcher=batcher,
-        searcher=Searcher(collection, manifest, router, settings, metrics),
         search_executor=_search_executor(settings),
         cache=_cache(settings, manifest, metrics),
         metrics=metrics,

@@ -1,19 +1,17 @@
 """``/documents``: add (embed + store, committed before the answer), add with precomputed
-vectors (``/documents/vectors``: store only), read and delete."""
-
-from __future__ import annotations
+vectors (``/documents/vectors``: store only), read and delete — in the default collection, and
+the same under ``/collections/{collection}`` for a named one (:mod:`service.collections`)."""
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.errors import error_responses
 from service.metrics import label_request
 from service.runtime import RuntimeDep
-
-router = APIRouter(tags=["documents"])
 
 
 class DocumentIn(BaseModel):
@@ -81,47 +79,73 @@ class DeleteDocumentResponse(BaseModel):
     deleted: bool
 
 
-@router.post("/documents", responses=error_responses(422, 429, 503))
-async def add_documents(
-    body: AddDocumentsRequest, runtime: RuntimeDep, request: Request
-) -> AddDocumentsResponse:
-    """Embed and store documents; answered once the store has committed them."""
-    label_request(request, dimension=str(runtime.manifest.dim))
-    ids = await runtime.add_documents(
-        [document.text for document in body.documents],
-        [document.id for document in body.documents],
-        [document.metadata for document in body.documents],
-    )
-    return AddDocumentsResponse(ids=ids)
+def _default_collection() -> None:
+    """Routes without a collection in their path serve the default collection."""
+    return None
 
 
-@router.post("/documents/vectors", responses=error_responses(422, 503))
-async def add_vectors(
-    body: AddVectorsRequest, runtime: RuntimeDep, request: Request
-) -> AddDocumentsResponse:
-    """Store documents with precomputed vectors, without encoding them; all or nothing,
-    answered once the store has committed them."""
-    label_request(request, dimension=str(runtime.manifest.dim))
-    documents = body.documents
-    ids = await runtime.add_vectors(
-        body.bundle_hash,
-        [document.text for document in documents],
-        [document.id for document in documents],
-        [document.metadata for document in documents],
-        [document.vector for document in documents],
-    )
-    return AddDocumentsResponse(ids=ids)
+def _named_collection(
+    collection: Annotated[str, Path(description="The collection's name (GET /collections).")],
+) -> str:
+    return collection
 
 
-@router.get("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
-async def get_document(doc_id: str, runtime: RuntimeDep) -> DocumentOut:
-    """A stored document's text and metadata."""
-    document = await runtime.get_document(doc_id)
-    return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
+def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> APIRouter:
+    """The four document routes under ``prefix``, in the collection ``collection_of`` names.
+
+    (This module does without ``from __future__ import annotations``: FastAPI reads the routes'
+    annotations, and ``Collection`` is local to this function.)"""
+    router = APIRouter(prefix=prefix, tags=["documents"])
+    Collection = Annotated[str | None, Depends(collection_of)]
+
+    @router.post("/documents", responses=error_responses(404, 422, 429, 503))
+    async def add_documents(
+        body: AddDocumentsRequest, runtime: RuntimeDep, request: Request, collection: Collection
+    ) -> AddDocumentsResponse:
+        """Embed and store documents; answered once the store has committed them."""
+        label_request(request, dimension=str(runtime.manifest.dim))
+        ids = await runtime.add_documents(
+            [document.text for document in body.documents],
+            [document.id for document in body.documents],
+            [document.metadata for document in body.documents],
+            collection=collection,
+        )
+        return AddDocumentsResponse(ids=ids)
+
+    @router.post("/documents/vectors", responses=error_responses(404, 422, 503))
+    async def add_vectors(
+        body: AddVectorsRequest, runtime: RuntimeDep, request: Request, collection: Collection
+    ) -> AddDocumentsResponse:
+        """Store documents with precomputed vectors, without encoding them; all or nothing,
+        answered once the store has committed them."""
+        label_request(request, dimension=str(runtime.manifest.dim))
+        documents = body.documents
+        ids = await runtime.add_vectors(
+            body.bundle_hash,
+            [document.text for document in documents],
+            [document.id for document in documents],
+            [document.metadata for document in documents],
+            [document.vector for document in documents],
+            collection=collection,
+        )
+        return AddDocumentsResponse(ids=ids)
+
+    @router.get("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
+    async def get_document(doc_id: str, runtime: RuntimeDep, collection: Collection) -> DocumentOut:
+        """A stored document's text and metadata."""
+        document = await runtime.get_document(doc_id, collection)
+        return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
+
+    @router.delete("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
+    async def delete_document(
+        doc_id: str, runtime: RuntimeDep, collection: Collection
+    ) -> DeleteDocumentResponse:
+        """Delete a document from the store and every index."""
+        await runtime.delete_document(doc_id, collection)
+        return DeleteDocumentResponse(id=doc_id, deleted=True)
+
+    return router
 
 
-@router.delete("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
-async def delete_document(doc_id: str, runtime: RuntimeDep) -> DeleteDocumentResponse:
-    """Delete a document from the store and every index."""
-    await runtime.delete_document(doc_id)
-    return DeleteDocumentResponse(id=doc_id, deleted=True)
+router = _document_routes("", _default_collection)
+collection_router = _document_routes("/collections/{collection}", _named_collection)

@@ -48,6 +48,11 @@ class SearchOptions(BaseModel):
     scoring: Literal["cosine", "sfs"] = Field(
         "cosine", description="sfs: mean fragment cosine (needs SFS enabled)."
     )
+    collection: str | None = Field(
+        None,
+        description="The collection to search (GET /collections lists them); default: the "
+        "unnamed default collection, also called 'default'.",
+    )
 
 
 class SearchQuery(SearchOptions):
@@ -146,7 +151,7 @@ async def _run(
     param: str,
     item_params: list[str] | None = None,
 ) -> tuple[list[QueryResultOut], Timings]:
-    plan = runtime.searcher.plan(
+    plan = runtime.collections.get(options.collection).searcher.plan(
         k=options.k,
         granularity=options.granularity,
         index=options.index,
@@ -154,7 +159,9 @@ async def _run(
         scoring=options.scoring,
         shortlist_dim=options.shortlist_dim,
     )
-    outcome, encode_seconds = await runtime.search(queries, plan, param, item_params)
+    outcome, encode_seconds = await runtime.search(
+        queries, plan, param, item_params, collection=options.collection
+    )
     dimensions = {result.route.dimension for result in outcome.results}
     label_request(
         request,
@@ -169,7 +176,7 @@ async def _run(
     return results, _timings(outcome, encode_seconds)
 
 
-@router.get("/search", responses=error_responses(422, 429, 503))
+@router.get("/search", responses=error_responses(404, 422, 429, 503))
 async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
@@ -178,7 +185,7 @@ async def search(
     return SearchResponse(**result.model_dump(), timings_ms=timings)
 
 
-@router.post("/search", responses=error_responses(422, 429, 503))
+@router.post("/search", responses=error_responses(404, 422, 429, 503))
 async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:

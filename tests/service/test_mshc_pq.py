@@ -80,7 +80,8 @@ def test_info_reports_bytes_per_vector_and_bundle_codebooks(client: TestClient) 
     assert indexes[(384, "pq")]["bytes_per_vector"] == 4 * 384
     metrics = client.get("/metrics").text
     assert (
-        'fractal_index_bytes_per_vector{dimension="96",kind="pq",scoring="cosine"} 8.0' in metrics
+        'fractal_index_bytes_per_vector{collection="default",dimension="96",kind="pq",'
+        'scoring="cosine"} 8.0' in metrics
     )
 
 

@@ -126,10 +126,13 @@ def test_metrics_follow_the_requests(client: TestClient) -> None:
     assert grew("fractal_encode_duration_seconds_count", by=2)
     assert grew("fractal_errors_total", kind="invalid_request")
     assert after["fractal_queue_depth", frozenset()] == 0
-    assert after["fractal_documents", frozenset()] == len(DOCUMENTS)
+    default = {"collection": "default"}
+    assert after["fractal_documents", frozenset(default.items())] == len(DOCUMENTS)
     for dim in ("64", "256"):
         for kind in ("exact", "hnsw", "pq"):
-            labels = frozenset({"scoring": "cosine", "dimension": dim, "kind": kind}.items())
+            labels = frozenset(
+                {**default, "scoring": "cosine", "dimension": dim, "kind": kind}.items()
+            )
             assert after["fractal_index_bytes", labels] > 0
             assert after["fractal_index_vectors", labels] == len(DOCUMENTS)
 

@@ -1,0 +1,96 @@
+"""``/collections``: create, list and delete named collections (:mod:`service.collections`).
+
+Each named collection has its own store, indexes, snapshots and metrics label; its documents
+are under ``/collections/{collection}/documents`` and ``/search`` takes ``collection``. Deleting
+one asks for its name again in the body, so that a mistyped URL cannot delete the wrong one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.collections import DEFAULT_NAME, NAME_RULE, HostedCollection
+from service.errors import InvalidRequest, error_responses
+from service.runtime import RuntimeDep
+
+router = APIRouter(tags=["collections"])
+
+IndexKind = Literal["exact", "hnsw", "pq"]
+NAME_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+
+
+class CreateCollectionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_REGEX, description=f"The collection's name: {NAME_RULE}.")
+    index_kinds: list[IndexKind] | None = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="Index kinds built at every prefix, each once (default: the service's "
+        "FRACTAL_INDEX_KINDS and FRACTAL_FINE_INDEX_KINDS).",
+    )
+
+
+class DeleteCollectionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The collection's name again, as a confirmation.")
+
+
+class CollectionOut(BaseModel):
+    name: str
+    default: bool = Field(description="Whether this is the unnamed default collection.")
+    index_kinds: list[str]
+    documents: int
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionOut]
+
+
+class DeleteCollectionResponse(BaseModel):
+    name: str
+    deleted: bool
+
+
+def _out(hosted: HostedCollection) -> CollectionOut:
+    return CollectionOut(
+        name=hosted.name,
+        default=hosted.name == DEFAULT_NAME,
+        index_kinds=list(hosted.index_kinds),
+        documents=hosted.stats().documents,
+    )
+
+
+@router.post("/collections", status_code=201, responses=error_responses(409, 422, 503))
+async def create_collection(body: CreateCollectionRequest, runtime: RuntimeDep) -> CollectionOut:
+    """Create an empty named collection."""
+    kinds = tuple(body.index_kinds) if body.index_kinds is not None else None
+    return _out(await runtime.create_collection(body.name, kinds))
+
+
+@router.get("/collections", responses=error_responses(503))
+async def list_collections(runtime: RuntimeDep) -> CollectionList:
+    """The default collection and the named ones, with their document counts."""
+    return CollectionList(collections=[_out(hosted) for hosted in runtime.collections.all()])
+
+
+@router.delete("/collections/{name}", responses=error_responses(404, 422, 503))
+async def delete_collection(
+    name: Annotated[str, Path(description="The collection to delete.")],
+    body: DeleteCollectionRequest,
+    runtime: RuntimeDep,
+) -> DeleteCollectionResponse:
+    """Delete a named collection, its documents and indexes, once the requests using it end."""
+    if body.name != name:
+        raise InvalidRequest(
+            f"the body names {body.name!r}, the path {name!r}: repeat the collection's name "
+            "in the body to delete it",
+            "name",
+        )
+    await runtime.delete_collection(name)
+    return DeleteCollectionResponse(name=name, deleted=True)
