@@ -27,7 +27,7 @@ from service.cache import EmbeddingCache
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
-from service.limits import check_document_id, check_texts
+from service.limits import check_document_id, check_document_ids, check_texts
 from service.metrics import Metrics
 from service.search import Searcher, SearchOutcome, SearchPlan
 from service.settings import Settings
@@ -305,6 +305,12 @@ class Runtime:
         if document is None:
             raise NotFound(f"no document with id {doc_id!r}", "id")
         return StoredDocument(document.id, document.text, document.metadata)
+
+    async def find_documents(self, doc_ids: Sequence[str], param: str = "ids") -> list[str]:
+        """Which of ``doc_ids`` are stored, in the order given, each once."""
+        check_document_ids(doc_ids, param)
+        present = await asyncio.to_thread(self.collection.present, doc_ids)
+        return [doc_id for doc_id in dict.fromkeys(doc_ids) if doc_id in present]
 
     async def delete_document(self, doc_id: str) -> None:
         if not await asyncio.to_thread(self.collection.delete, [doc_id]):

@@ -1,5 +1,6 @@
 """``/documents``: add (embed + store, committed before the answer), add with precomputed
-vectors (``/documents/vectors``: store only), read and delete."""
+vectors (``/documents/vectors``: store only), read, delete, and which ids are stored
+(``/documents/lookup``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.errors import error_responses
+from service.limits import MAX_LOOKUP_IDS
 from service.metrics import label_request
 from service.runtime import RuntimeDep
 
@@ -70,6 +72,19 @@ class AddDocumentsResponse(BaseModel):
     ids: list[str] = Field(description="The documents' ids, in request order.")
 
 
+class LookupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(
+        description=f"The document ids to look for: 1 to {MAX_LOOKUP_IDS}, each non-blank and "
+        "at most 256 characters."
+    )
+
+
+class LookupResponse(BaseModel):
+    found: list[str] = Field(description="The given ids that are stored, in request order, once.")
+
+
 class DocumentOut(BaseModel):
     id: str
     text: str
@@ -111,6 +126,13 @@ async def add_vectors(
         [document.vector for document in documents],
     )
     return AddDocumentsResponse(ids=ids)
+
+
+@router.post("/documents/lookup", responses=error_responses(422, 503))
+async def lookup_documents(body: LookupRequest, runtime: RuntimeDep) -> LookupResponse:
+    """Which of these ids are stored, answered with one store query (to resume an ingest
+    without one request per document)."""
+    return LookupResponse(found=await runtime.find_documents(body.ids))
 
 
 @router.get("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
