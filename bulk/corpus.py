@@ -218,8 +218,11 @@ def _jsonl(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
             continue
         try:
             values = json.loads(line)
-        except ValueError as exc:
-            yield BadRow(row, f"not valid JSON ({exc})")
+        except json.JSONDecodeError as exc:
+            yield BadRow(row, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except RecursionError:
+            yield BadRow(row, "not valid JSON here (nested too deeply)")
             continue
         if not isinstance(values, dict):
             yield BadRow(row, "not a JSON object")

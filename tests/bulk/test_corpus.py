@@ -88,7 +88,11 @@ BAD_CORPORA = [
     ("blank.jsonl", '{"text": "a"}\n{"text": "  "}\n', "line 2: the text is missing, empty"),
     ("fields.csv", "id,text\na,hello\nb,hello,extra\n", "line 3: 3 fields, the header has 2"),
     ("bytes.txt", b"hello\n\xff\xfe oops\n", "not valid UTF-8"),
-    ("twice.jsonl", '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n', "line 2: id 'x' repeats line 1"),
+    (
+        "twice.jsonl",
+        '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n',
+        "line 2: id 'x' repeats line 1",
+    ),
     ("corpus.xml", "<a/>", "unknown corpus format '.xml'"),
     ("table.parquet", b"PAR1 not really", "not a readable Parquet file"),
 ]
