@@ -136,3 +136,163 @@ def test_resume_after_kill_sends_only_what_is_missing(
     assert status == 1
     assert out.strip().splitlines()[-1] == _expected_summary(0, skipped=len(GOOD_IDS))
     assert server.stop() in GRACEFUL_EXITS
+
+
+def _write_csv(path: Path, delimiter: str, rows: list[list[str]]) -> Path:
+    path.write_text("".join(delimiter.join(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def _csv(path: Path) -> tuple[Path, list[str], dict[str, dict]]:
+    rows = [["key", "body", "lang", "source"], ["a", "move funds to savings", "en", "faq"]]
+    rows += [["b", "", "fr", "faq"], ["c", "réserver une table", "fr", "web"]]
+    options = ["--id-column", "key", "--text-column", "body", "--metadata-columns", "lang"]
+    expected = {"a": {"lang": "en"}, "c": {"lang": "fr"}}
+    return _write_csv(path / "corpus.csv", ",", rows), options, expected
+
+
+def _tsv(path: Path) -> tuple[Path, list[str], dict[str, dict]]:
+    rows = [["id", "text", "lang", "metadata"], ["a", "move funds to savings", "en", ""]]
+    rows += [["b", "", "fr", ""], ["c", "réserver une table", "fr", '{"src": "web", "n": 2}']]
+    expected = {"a": {"lang": "en"}, "c": {"src": "web", "n": 2, "lang": "fr"}}
+    return _write_csv(path / "corpus.tsv", "\t", rows), [], expected
+
+
+def _parquet(path: Path) -> tuple[Path, list[str], dict[str, dict]]:
+    table = pa.table(
+        {
+            "doc": ["a", "b", "c"],
+            "content": ["move funds to savings", None, "réserver une table"],
+            "score": [0.5, 1.0, 2.0],
+            "tags": [["x"], [], ["y", "z"]],
+        }
+    )
+    pq.write_table(table, path / "corpus.parquet")
+    expected = {"a": {"score": 0.5, "tags": ["x"]}, "c": {"score": 2.0, "tags": ["y", "z"]}}
+    return path / "corpus.parquet", ["--id-column", "doc", "--text-column", "content"], expected
+
+
+@pytest.mark.parametrize(
+    ("make", "rejected"),
+    [(_csv, "line 3"), (_tsv, "line 3"), (_parquet, "row 2")],
+    ids=["csv", "tsv", "parquet"],
+)
+def test_csv_tsv_and_parquet_corpora_with_their_own_column_names(
+    capsys: pytest.CaptureFixture[str],
+    server: ServiceProcess,
+    tmp_path: Path,
+    make: Callable[[Path], tuple[Path, list[str], dict[str, dict]]],
+    rejected: str,
+) -> None:
+    corpus, options, expected = make(tmp_path)
+    status, out, err = run_cli(
+        capsys, "ingest", corpus, "--url", server.base_url, "--no-progress", *options
+    )
+    assert status == 1, err
+    assert out.strip() == f"stored 2, rejected 1: {rejected}"
+    assert err.startswith(f"{corpus}, {rejected}: the text is missing, empty or not a string")
+    with FractalClient(server.base_url) as client:
+        for doc_id, metadata in expected.items():
+            assert client.request("GET", f"/documents/{doc_id}").json()["metadata"] == metadata
+        assert client.stored_ids(["a", "b", "c"]) == {"a", "c"}
+
+
+def test_rows_the_service_or_json_refuse_are_found_in_their_batch(
+    capsys: pytest.CaptureFixture[str], tiny_bundle_dir: Path, tmp_path: Path, launch
+) -> None:
+    server = launch(tiny_bundle_dir, tmp_path / "index", max_chars="100")
+    lines = [
+        '{"id": "a", "text": "first"}',
+        json.dumps({"id": "long-text", "text": "x" * 150}),
+        '{"id": "b", "text": "second"}',
+        json.dumps({"id": "i" * 300, "text": "an id over 256 characters"}),
+        '{"id": "a", "text": "a repeated id"}',
+        '{"id": "nan", "text": "bad metadata", "score": NaN}',
+        '{"id": "surrogate", "text": "lone \\ud800 surrogate"}',
+        '{"id": "c", "text": "third"}',
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    status, out, err = run_cli(
+        capsys, "ingest", corpus, "--url", server.base_url, "--resume", "--no-progress"
+    )
+    assert status == 1, err
+    assert out.strip() == "stored 3, skipped 0 already stored, rejected 5: lines 2, 4, 5, 6, 7"
+    reasons = sorted(err.strip().splitlines())
+    assert reasons == [
+        f"{corpus}, line 2: the service refused it: text has 150 characters; the limit is 100",
+        f"{corpus}, line 4: the service refused it: id has 300 characters; the limit is 256",
+        f"{corpus}, line 5: id 'a' repeats line 1",
+        f"{corpus}, line 6: the metadata holds NaN or infinity, which JSON cannot carry",
+        f"{corpus}, line 7: holds a lone surrogate, which is not valid Unicode",
+    ]
+    with FractalClient(server.base_url) as client:
+        assert client.request("GET", "/documents/a").json()["text"] == "first"
+        assert client.info()["documents"] == 3
+
+
+def test_a_batch_over_the_body_limit_is_split_until_the_culprit_is_alone(
+    capsys: pytest.CaptureFixture[str], tiny_bundle_dir: Path, tmp_path: Path, launch
+) -> None:
+    server = launch(tiny_bundle_dir, tmp_path / "index", max_body_bytes="2000")
+    rows = [{"id": f"d{i}", "text": f"short text {i}"} for i in range(10)]
+    rows.insert(6, {"id": "huge", "text": "y" * 2500})
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    status, out, err = run_cli(capsys, "ingest", corpus, "--url", server.base_url, "--no-progress")
+    assert status == 1, err
+    assert out.strip() == "stored 10, rejected 1: line 7"
+    assert err.strip() == (
+        f"{corpus}, line 7: the service refused it: "
+        "the request body is larger than the limit of 2000 bytes"
+    )
+
+
+def test_a_clean_corpus_exits_zero(
+    capsys: pytest.CaptureFixture[str], server: ServiceProcess, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": "hello"}) + "\n", encoding="utf-8")
+    status, out, err = run_cli(capsys, "ingest", corpus, "--url", server.base_url)
+    assert (status, out.strip()) == (0, "stored 1, rejected 0"), err
+    status, out, err = run_cli(
+        capsys, "ingest", corpus, "--url", server.base_url, "--batch-size", "129"
+    )
+    assert_one_error(status, err, "--batch-size 129 is over the service's limit of 128")
+
+
+NO_SERVICE = ["--url", "http://127.0.0.1:9", "--wait", "1"]
+
+
+@pytest.mark.parametrize(
+    ("files", "argv", "message"),
+    [
+        ({}, ["missing.jsonl"], "missing.jsonl: no such file"),
+        ({"c.csv": "id,body\na,hi\n"}, ["c.csv"], "no text column 'text' (columns: id, body)"),
+        ({"c.jsonl": '{"text": "hi"}\n'}, ["c.jsonl"], "no id column 'id'"),
+        ({"c.jsonl": '{"id": 1, "text": "hi"}\n'}, ["c.jsonl", "--metadata-columns", "x"],
+         "no metadata column(s) 'x'"),
+        ({"c.jsonl": ""}, ["c.jsonl"], "the corpus holds no documents"),
+        ({"c.txt": "hi\n"}, ["c.txt"], "fractal ingest reads .jsonl, .csv, .tsv or .parquet"),
+        ({"c.xml": "<a/>"}, ["c.xml"], "unknown corpus format '.xml'"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--dataset", "clinc150"], "FILE or --dataset, not both"),
+        ({}, ["--dataset", "clinc150", "--resume"], "--resume cannot be used with --dataset"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--split", "test"], "--split cannot be used with a corpus"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--batch-size", "0"], "--batch-size must be at least 1"),
+        ({"c.jsonl": '{"id": 1, "text": "hi"}\n'}, ["c.jsonl", "--rejects", "no/such/dir.jsonl"],
+         "--rejects no/such/dir.jsonl: cannot write it"),
+    ],
+)  # fmt: skip
+def test_bad_command_lines_end_with_one_error_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str],
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+    status, _, err = run_cli(capsys, "ingest", *argv, *NO_SERVICE)
+    assert_one_error(status, err, message)
