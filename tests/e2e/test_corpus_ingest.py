@@ -248,6 +248,24 @@ def test_a_batch_over_the_body_limit_is_split_until_the_culprit_is_alone(
     )
 
 
+def test_overload_answers_are_retried_and_nothing_is_lost(
+    capsys: pytest.CaptureFixture[str], tiny_bundle_dir: Path, tmp_path: Path, launch
+) -> None:
+    server = launch(tiny_bundle_dir, tmp_path / "index", max_texts="16", queue_depth="16")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(_document(i)) + "\n" for i in range(400)), "utf-8")
+    status, out, err = run_cli(
+        capsys, "ingest", corpus, "--url", server.base_url, "--batch-size", "16",
+        "--concurrency", "6", "--no-progress",
+    )  # fmt: skip
+    assert (status, out.strip()) == (0, "stored 400, rejected 0"), err
+    metrics = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    refusals = 'fractal_errors_total{kind="overloaded"} '
+    overloaded = [line for line in metrics.splitlines() if line.startswith(refusals)]
+    assert overloaded and float(overloaded[0].split()[-1]) > 0, "no request got a 429"
+    assert _documents(server) == 400
+
+
 def test_a_clean_corpus_exits_zero(
     capsys: pytest.CaptureFixture[str], server: ServiceProcess, tmp_path: Path
 ) -> None:
