@@ -5,7 +5,8 @@ checked against the first JSON object of the file):
 
 - the **text** column (``--text-column``, default ``text``) must be there and hold non-blank text;
 - the **id** column (``--id-column``): when not given, ``id`` is used if the corpus has it (in
-  its header, or in the first JSONL object), else each record's row number is its id;
+  its header, or in the first JSONL object), else each record's number is its id (its line in a
+  JSONL file, its row in a Parquet file, its record number after the header in a CSV/TSV file);
 - the **metadata** columns (``--metadata-columns``): by default every other column. Each becomes
   one metadata key, except a column named ``metadata``: it holds the metadata object itself (a
   JSON object, or a string holding one, as in a ``POST /documents`` body or a ``fractal embed``
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -178,10 +180,11 @@ def _metadata(values: dict, layout: _Layout) -> dict | str:
     return {**merged, **metadata}
 
 
-def _record(row: int, values: dict, layout: _Layout) -> Record | BadRow:
-    """The record given as a column → value mapping, or why it is unusable."""
+def _record(row: int, values: dict, layout: _Layout, number: int | None = None) -> Record | BadRow:
+    """The record at ``row`` given as a column → value mapping, or why it is unusable. Without
+    an id column its id is ``number`` (default: ``row``)."""
     if layout.id is None:
-        doc_id = str(row)
+        doc_id = str(row if number is None else number)
     else:
         raw = values.get(layout.id)
         doc_id = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
@@ -196,16 +199,20 @@ def _record(row: int, values: dict, layout: _Layout) -> Record | BadRow:
     return Record(row, doc_id, text, metadata)
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+"""What ``errors="surrogateescape"`` turns a byte that is not UTF-8 into."""
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str | BadRow]]:
     """Numbered lines of a UTF-8 file without line ends; a line that is not UTF-8 is a bad row."""
-    with path.open("rb") as handle:
-        for row, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8-sig" if row == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                yield row, BadRow(row, f"not valid UTF-8 ({exc.reason})")
-                continue
-            yield row, line.rstrip("\r\n")
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as lines:
+        for row, line in enumerate(lines, 1):
+            bad = _UNDECODABLE.search(line)
+            if bad is None:
+                yield row, line.rstrip("\r\n")
+            else:
+                byte = ord(bad.group()) - 0xDC00
+                yield row, BadRow(row, f"not valid UTF-8 (byte 0x{byte:02x})")
 
 
 def _jsonl(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
@@ -241,14 +248,14 @@ def _delimited(path: Path, columns: Columns, delimiter: str) -> Iterator[Record 
             return
         layout = _layout(path, header, columns, None)
         last_line = reader.line_num
-        for fields in reader:
+        for number, fields in enumerate(reader, 1):
             row, last_line = last_line + 1, reader.line_num  # a quoted field may span lines
             if not fields:
                 continue
             if len(fields) != len(header):
                 yield BadRow(row, f"{len(fields)} fields, the header has {len(header)}")
                 continue
-            yield _record(row, dict(zip(header, fields, strict=True)), layout)
+            yield _record(row, dict(zip(header, fields, strict=True)), layout, number)
 
 
 def _json_value(value: object) -> object:

@@ -72,8 +72,10 @@ def open_corpus(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
     kind = corpus_format(path)
     if kind not in INGEST_FORMATS:
         raise BulkError(f"{path}: fractal ingest reads .jsonl, .csv, .tsv or .parquet files")
-    if not path.is_file():
+    if not path.exists():
         raise BulkError(f"{path}: no such file")
+    if not path.is_file():
+        raise BulkError(f"{path}: not a file")
     rows = read_rows(path, columns)
     first = next(rows, None)
     if first is None:

@@ -412,7 +412,7 @@ def _ingest_file(args):
     import httpx
 
     from bulk import BulkError
-    from bulk.corpus import Columns, place
+    from bulk.corpus import Columns, place, row_unit
     from bulk.ingest import IngestOptions, ingest_corpus, open_corpus
     from support.client import RequestRefused
 
@@ -427,7 +427,7 @@ def _ingest_file(args):
         raise FractalError(str(exc)) from None
     except OSError as exc:
         raise FractalError(f"--rejects {args.rejects}: cannot write it ({exc})") from None
-    unit = "row" if args.corpus.suffix.lower() == ".parquet" else "line"
+    unit = row_unit(args.corpus)
 
     def report(rejection) -> None:
         print(f"{place(args.corpus, rejection.row)}: {rejection.reason}", file=sys.stderr)

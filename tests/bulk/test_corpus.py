@@ -143,13 +143,19 @@ def test_csv_rows_are_numbered_by_the_line_they_start_on(tmp_path: Path) -> None
     items = list(read_rows(path, Columns(id="key", text="body")))
     assert items[:2] == [Record(2, "a", "two\nlines", {}), Record(4, "b", "x", {"lang": "en"})]
     assert items[2] == BadRow(5, "the metadata is not a JSON object ('not json')", "c")
+    # Without an id column, a record's id is its number after the header, not its line.
+    assert [(item.row, item.id) for item in read_rows(path, Columns(text="body"))] == [
+        (2, "1"),
+        (4, "2"),
+        (5, "3"),
+    ]
 
 
 def test_a_line_that_is_not_utf8_is_one_bad_row(tmp_path: Path) -> None:
     path = _write(tmp_path / "c.jsonl", b'{"text": "a"}\n\xff\n{"text": "b"}\n')
     items = list(read_rows(path, Columns()))
     assert [type(item) for item in items] == [Record, BadRow, Record]
-    assert items[1].reason.startswith("not valid UTF-8")
+    assert items[1].reason == "not valid UTF-8 (byte 0xff)"
 
 
 def test_a_missing_corpus_is_unreadable(tmp_path: Path) -> None:
