@@ -343,8 +343,11 @@ def _cmd_ingest(args):
 
 
 def _ready_client(args):
-    """A client of the service at ``--url`` once it is ready, and the service's ``/info``."""
-    from support.client import FractalClient
+    """A client of the service at ``--url`` once it is ready, whose limit on documents per
+    request ``--batch-size`` respects."""
+    import httpx
+
+    from support.client import FractalClient, RequestRefused
 
     client = FractalClient(args.url)
     try:
@@ -354,6 +357,9 @@ def _ready_client(args):
         client.close()
         waited = f"after {args.wait:g} s"
         raise FractalError(f"no ready Fractal service at {args.url} {waited}") from None
+    except (RequestRefused, httpx.HTTPError) as exc:
+        client.close()
+        raise FractalError(f"cannot read /info of the service at {args.url}: {exc}") from None
     limit = info["limits"]["max_texts"]
     if args.batch_size > limit:
         client.close()
@@ -410,6 +416,7 @@ def _ingest_file(args):
     import json
 
     import httpx
+    from tqdm.auto import tqdm
 
     from bulk import BulkError
     from bulk.corpus import Columns, place, row_unit
@@ -430,7 +437,7 @@ def _ingest_file(args):
     unit = row_unit(args.corpus)
 
     def report(rejection) -> None:
-        print(f"{place(args.corpus, rejection.row)}: {rejection.reason}", file=sys.stderr)
+        tqdm.write(f"{place(args.corpus, rejection.row)}: {rejection.reason}", file=sys.stderr)
         if rejects is not None:
             entry = {unit: rejection.row, "id": rejection.id, "reason": rejection.reason}
             rejects.write(json.dumps(entry, ensure_ascii=False) + "\n")
