@@ -165,7 +165,7 @@ def test_a_missing_corpus_is_unreadable(tmp_path: Path) -> None:
 
 def test_bulk_never_imports_torch_or_fastapi() -> None:
     code = (
-        "import sys, bulk.corpus, bulk.shards, bulk.embed, bulk.importer; "
+        "import sys, bulk.corpus, bulk.shards, bulk.embed, bulk.importer, bulk.ingest; "
         "print(sorted(m for m in ('torch', 'fastapi', 'training') if m in sys.modules))"
     )
     output = subprocess.run(
