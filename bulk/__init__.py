@@ -5,7 +5,9 @@
 - :mod:`bulk.embed` runs the bundle's ONNX encoder over a corpus in worker processes
   (``fractal embed``);
 - :mod:`bulk.importer` adds shards to the service's collection without re-encoding
-  (``fractal import``).
+  (``fractal import``);
+- :mod:`bulk.ingest` sends a corpus to a running service over HTTP, reporting the rows it
+  rejects (``fractal ingest FILE``).
 
 Never imports torch, FastAPI or ``training``. Every problem with the user's input is one
 :class:`BulkError` line naming the file and, where it applies, the row.

@@ -1,30 +1,40 @@
 """Reading a user's corpus: JSONL, CSV/TSV with a header, Parquet, or plain text lines.
 
-A record is an id, a text and a metadata object; no labels are needed. Columns (keys, for JSONL):
+A record is an id, a text and a metadata object; no labels are needed. Columns (keys, for JSONL,
+checked against the first JSON object of the file):
 
 - the **text** column (``--text-column``, default ``text``) must be there and hold non-blank text;
 - the **id** column (``--id-column``): when not given, ``id`` is used if the corpus has it (in
-  its header, or in the first JSONL object), else each record's row number is its id;
-- the **metadata** columns (``--metadata-columns``): by default every other column.
+  its header, or in the first JSONL object), else each record's number is its id (its line in a
+  JSONL file, its row in a Parquet file, its record number after the header in a CSV/TSV file);
+- the **metadata** columns (``--metadata-columns``): by default every other column. Each becomes
+  one metadata key, except a column named ``metadata``: it holds the metadata object itself (a
+  JSON object, or a string holding one, as in a ``POST /documents`` body or a ``fractal embed``
+  shard), and its keys are merged with those of the other columns.
 
 Plain text files (``.txt``) hold one text per line; blank lines are skipped and a text's id is
-its line number. Rows count from 1: the line of a JSONL or text file, the record after the header
-of a CSV/TSV file, the record of a Parquet file. :func:`read_chunks` yields the corpus in order,
-``size`` records at a time; every problem is a :class:`~bulk.errors.BulkError` naming the file
-and row.
+its line number. A record's place is its **line** in a JSONL, CSV/TSV or text file (the line it
+starts on), its **row** in a Parquet file; both count from 1.
+
+:func:`read_rows` yields every record in file order: a :class:`Record`, or a :class:`BadRow`
+saying why that record alone is unusable (a line that is not valid UTF-8, not JSON or not an
+object; a CSV line with the wrong number of fields; a missing or empty text or id; a metadata
+column that is not an object, or whose keys repeat a column). What is wrong with the whole file
+(an unknown format, a named column missing, an unreadable file) is a :class:`BulkError`.
+``fractal ingest`` reports bad rows and goes on; :func:`read_chunks` (``fractal embed``) stops at
+the first. Every message names the file and the line or row.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 from bulk.errors import BulkError, where
 
@@ -37,7 +47,9 @@ FORMATS = {
     ".txt": "lines",
 }
 DEFAULT_ID_COLUMN = "id"
+METADATA_COLUMN = "metadata"
 PARQUET_BATCH_ROWS = 8192
+SHOWN_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,25 @@ class Columns:
     id: str | None = None
     text: str = "text"
     metadata: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """A usable record: its line (or Parquet row), id, text and metadata."""
+
+    row: int
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A record that cannot be used, its line (or Parquet row), why, and its id when known."""
+
+    row: int
+    reason: str
+    id: str | None = None
 
 
 @dataclass
@@ -81,65 +112,134 @@ def corpus_format(path: Path) -> str:
     return kind
 
 
+def row_unit(path: Path) -> str:
+    """What a record's place counts: ``row`` in a Parquet file, ``line`` in the others."""
+    return "row" if corpus_format(path) == "parquet" else "line"
+
+
+def place(path: Path, row: int | None = None) -> str:
+    """``path, line N`` (``path, row N`` for Parquet): where a message about a record points."""
+    return where(path, row, row_unit(path))
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
 def _layout(path: Path, names: Sequence[str], columns: Columns, row: int | None) -> _Layout:
     """Check that the named columns exist among ``names`` and fill in the defaults."""
-    place = where(path, row)
+    at = place(path, row)
     if columns.text not in names:
-        raise BulkError(f"{place}: no text column {columns.text!r} (columns: {', '.join(names)})")
+        raise BulkError(f"{at}: no text column {columns.text!r} (columns: {', '.join(names)})")
     if columns.id is not None and columns.id not in names:
-        raise BulkError(f"{place}: no id column {columns.id!r} (columns: {', '.join(names)})")
+        raise BulkError(f"{at}: no id column {columns.id!r} (columns: {', '.join(names)})")
     id_column = columns.id or (DEFAULT_ID_COLUMN if DEFAULT_ID_COLUMN in names else None)
     if columns.metadata is not None:
         missing = [name for name in columns.metadata if name not in names]
         if missing:
-            raise BulkError(f"{place}: no metadata column(s) {', '.join(map(repr, missing))}")
+            raise BulkError(f"{at}: no metadata column(s) {', '.join(map(repr, missing))}")
     return _Layout(id_column, columns.text, columns.metadata)
 
 
-def _record(path: Path, row: int, values: dict, layout: _Layout) -> tuple[str, str, dict]:
-    """(id, text, metadata) of one record given as a column → value mapping."""
-    text = values.get(layout.text)
-    if not isinstance(text, str) or not text.strip():
-        raise BulkError(f"{where(path, row)}: the text is empty or not a string ({text!r})")
+def _metadata_object(value: object) -> dict | str:
+    """The ``metadata`` column's object (empty when the cell is), or why it is not one."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return f"the metadata is not a JSON object ({_shown(value)})"
+    if not isinstance(value, dict):
+        return f"the metadata is not a JSON object ({_shown(value)})"
+    return value
+
+
+def _metadata(values: dict, layout: _Layout) -> dict | str:
+    """The metadata of a record given as a column → value mapping, or why it has none."""
+    names = layout.metadata
+    if names is None:
+        names = [name for name in values if name not in (layout.id, layout.text)]
+    metadata: dict[str, Any] = {}
+    merged: dict = {}
+    for name in names:
+        if name not in values:
+            continue
+        if name == METADATA_COLUMN:
+            found = _metadata_object(values[name])
+            if isinstance(found, str):
+                return found
+            merged = found
+        else:
+            metadata[name] = values[name]
+    clash = [key for key in merged if key in metadata]
+    if clash:
+        keys = ", ".join(map(repr, clash))
+        return f"the metadata object's key(s) {keys} are also columns"
+    return {**merged, **metadata}
+
+
+def _record(row: int, values: dict, layout: _Layout, number: int | None = None) -> Record | BadRow:
+    """The record at ``row`` given as a column → value mapping, or why it is unusable. Without
+    an id column its id is ``number`` (default: ``row``)."""
     if layout.id is None:
-        doc_id = str(row)
+        doc_id = str(row if number is None else number)
     else:
         raw = values.get(layout.id)
         doc_id = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
         if not doc_id.strip():
-            raise BulkError(f"{where(path, row)}: the id is empty or not a string ({raw!r})")
-    names = layout.metadata
-    if names is None:
-        names = [name for name in values if name not in (layout.id, layout.text)]
-    return doc_id, text, {name: values[name] for name in names if name in values}
+            return BadRow(row, f"the id is missing, empty or not a string ({_shown(raw)})")
+    text = values.get(layout.text)
+    if not isinstance(text, str) or not text.strip():
+        return BadRow(row, f"the text is missing, empty or not a string ({_shown(text)})", doc_id)
+    metadata = _metadata(values, layout)
+    if isinstance(metadata, str):
+        return BadRow(row, metadata, doc_id)
+    return Record(row, doc_id, text, metadata)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Numbered lines of a UTF-8 text file, without line ends."""
-    with path.open(encoding="utf-8-sig", newline="") as lines:
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+"""What ``errors="surrogateescape"`` turns a byte that is not UTF-8 into."""
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str | BadRow]]:
+    """Numbered lines of a UTF-8 file without line ends; a line that is not UTF-8 is a bad row."""
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as lines:
         for row, line in enumerate(lines, 1):
-            yield row, line.rstrip("\r\n")
+            bad = _UNDECODABLE.search(line)
+            if bad is None:
+                yield row, line.rstrip("\r\n")
+            else:
+                byte = ord(bad.group()) - 0xDC00
+                yield row, BadRow(row, f"not valid UTF-8 (byte 0x{byte:02x})")
 
 
-def _jsonl(path: Path, columns: Columns) -> Iterator[tuple[int, tuple[str, str, dict]]]:
+def _jsonl(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
     layout: _Layout | None = None
     for row, line in _lines(path):
+        if isinstance(line, BadRow):
+            yield line
+            continue
         if not line.strip():
             continue
         try:
             values = json.loads(line)
-        except ValueError as exc:
-            raise BulkError(f"{where(path, row)}: not valid JSON ({exc})") from None
+        except json.JSONDecodeError as exc:
+            yield BadRow(row, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except RecursionError:
+            yield BadRow(row, "not valid JSON here (nested too deeply)")
+            continue
         if not isinstance(values, dict):
-            raise BulkError(f"{where(path, row)}: not a JSON object")
+            yield BadRow(row, "not a JSON object")
+            continue
         if layout is None:
             layout = _layout(path, list(values), columns, row)
-        yield row, _record(path, row, values, layout)
+        yield _record(row, values, layout)
 
 
-def _delimited(
-    path: Path, columns: Columns, delimiter: str
-) -> Iterator[tuple[int, tuple[str, str, dict]]]:
+def _delimited(path: Path, columns: Columns, delimiter: str) -> Iterator[Record | BadRow]:
     csv.field_size_limit(sys.maxsize)
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter)
@@ -147,14 +247,15 @@ def _delimited(
         if header is None:
             return
         layout = _layout(path, header, columns, None)
-        for row, fields in enumerate(reader, 1):
+        last_line = reader.line_num
+        for number, fields in enumerate(reader, 1):
+            row, last_line = last_line + 1, reader.line_num  # a quoted field may span lines
             if not fields:
                 continue
             if len(fields) != len(header):
-                raise BulkError(
-                    f"{where(path, row)}: {len(fields)} fields, the header has {len(header)}"
-                )
-            yield row, _record(path, row, dict(zip(header, fields, strict=True)), layout)
+                yield BadRow(row, f"{len(fields)} fields, the header has {len(header)}")
+                continue
+            yield _record(row, dict(zip(header, fields, strict=True)), layout, number)
 
 
 def _json_value(value: object) -> object:
@@ -162,7 +263,14 @@ def _json_value(value: object) -> object:
     return json.loads(json.dumps(value, default=str))
 
 
-def _parquet(path: Path, columns: Columns) -> Iterator[tuple[int, tuple[str, str, dict]]]:
+def _parquet(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:
+        raise BulkError(
+            f"{path}: reading Parquet needs pyarrow: pip install 'fractal[bulk]'"
+        ) from None
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
@@ -173,20 +281,24 @@ def _parquet(path: Path, columns: Columns) -> Iterator[tuple[int, tuple[str, str
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
             for values in batch.to_pylist():
                 row += 1
-                doc_id, text, metadata = _record(path, row, values, layout)
-                yield row, (doc_id, text, {k: _json_value(v) for k, v in metadata.items()})
+                record = _record(row, values, layout)
+                if isinstance(record, Record):
+                    metadata = {key: _json_value(value) for key, value in record.metadata.items()}
+                    record = Record(row, record.id, record.text, metadata)
+                yield record
     except (pa.ArrowException, OSError) as exc:
         raise BulkError(f"{where(path, row + 1)}: not a readable Parquet file ({exc})") from None
 
 
-def _text_lines(path: Path) -> Iterator[tuple[int, tuple[str, str, dict]]]:
+def _text_lines(path: Path) -> Iterator[Record | BadRow]:
     for row, line in _lines(path):
-        if line.strip():
-            yield row, (str(row), line, {})
+        if isinstance(line, BadRow):
+            yield line
+        elif line.strip():
+            yield Record(row, str(row), line, {})
 
 
-def records(path: Path, columns: Columns) -> Iterator[tuple[int, tuple[str, str, dict]]]:
-    """(row, (id, text, metadata)) for every record, in file order."""
+def _records(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
     kind = corpus_format(path)
     if kind == "jsonl":
         return _jsonl(path, columns)
@@ -197,15 +309,16 @@ def records(path: Path, columns: Columns) -> Iterator[tuple[int, tuple[str, str,
     return _text_lines(path)
 
 
-def _guarded(path: Path, rows: Iterable[tuple[int, tuple[str, str, dict]]]):
-    """The records, with an unreadable file or bad UTF-8 turned into a :class:`BulkError`."""
+def read_rows(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
+    """Every record of the corpus in file order, good or bad (see the module docstring); an
+    unreadable file or bad UTF-8 in a CSV/TSV file is a :class:`BulkError`."""
     last = 0
     try:
-        for row, record in rows:
-            last = row
-            yield row, record
+        for item in _records(path, columns):
+            last = item.row
+            yield item
     except UnicodeDecodeError as exc:
-        raise BulkError(f"{where(path, last + 1)}: not valid UTF-8 ({exc.reason})") from None
+        raise BulkError(f"{place(path, last + 1)}: not valid UTF-8 ({exc.reason})") from None
     except (OSError, csv.Error) as exc:
         raise BulkError(f"{path}: cannot read the corpus ({exc})") from None
 
@@ -213,20 +326,24 @@ def _guarded(path: Path, rows: Iterable[tuple[int, tuple[str, str, dict]]]):
 def read_chunks(path: Path, columns: Columns, size: int) -> Iterator[Chunk]:
     """The corpus in order, ``size`` records at a time; ids must not repeat within a chunk.
 
-    A corpus without a single record is a :class:`BulkError`.
+    The first bad row, and a corpus without a single record, are a :class:`BulkError`.
     """
     chunk = Chunk(start=0)
     seen: dict[str, int] = {}
-    for row, (doc_id, text, metadata) in _guarded(path, records(path, columns)):
-        if doc_id in seen:
+    unit = row_unit(path)
+    for item in read_rows(path, columns):
+        if isinstance(item, BadRow):
+            raise BulkError(f"{place(path, item.row)}: {item.reason}")
+        if item.id in seen:
             raise BulkError(
-                f"{where(path, row)}: id {doc_id!r} repeats row {seen[doc_id]} of the same shard"
+                f"{place(path, item.row)}: id {item.id!r} repeats {unit} {seen[item.id]} "
+                "of the same shard"
             )
-        seen[doc_id] = row
-        chunk.rows.append(row)
-        chunk.ids.append(doc_id)
-        chunk.texts.append(text)
-        chunk.metadata.append(metadata)
+        seen[item.id] = item.row
+        chunk.rows.append(item.row)
+        chunk.ids.append(item.id)
+        chunk.texts.append(item.text)
+        chunk.metadata.append(item.metadata)
         if len(chunk) == size:
             yield chunk
             chunk = Chunk(start=chunk.start + size)

@@ -23,8 +23,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from bulk.corpus import Chunk, Columns, read_chunks
-from bulk.errors import BulkError, where
+from bulk.corpus import Chunk, Columns, place, read_chunks
+from bulk.errors import BulkError
 from bulk.shards import DTYPES, FORMAT_VERSION, ShardHeader, read_shard, shard_name, write_shard
 from bundle import TOKENIZER_FILE, BundleError, Manifest, load_bundle
 from service.encoder import OnnxEncoder
@@ -230,4 +230,4 @@ def _check_finite(corpus: Path, chunk: Chunk, vectors: np.ndarray, dtype: str) -
     if not finite.all():
         row = chunk.rows[int(np.flatnonzero(~finite)[0])]
         hint = "; use --dtype float32" if dtype == "float16" else ""
-        raise BulkError(f"{where(corpus, row)}: the vector holds NaN or inf in {dtype}{hint}")
+        raise BulkError(f"{place(corpus, row)}: the vector holds NaN or inf in {dtype}{hint}")

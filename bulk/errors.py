@@ -13,6 +13,7 @@ class BulkError(Exception):
     """
 
 
-def where(path: Path, row: int | None = None) -> str:
-    """``path`` or ``path, row N``: the place a message names (rows count from 1)."""
-    return f"{path}" if row is None else f"{path}, row {row}"
+def where(path: Path, row: int | None = None, unit: str = "row") -> str:
+    """``path`` or ``path, row N`` (``path, line N`` with ``unit="line"``): the place a message
+    names (rows and lines count from 1)."""
+    return f"{path}" if row is None else f"{path}, {unit} {row}"

@@ -378,6 +378,10 @@ class Collection:
         document), read with one query and without the vectors."""
         return self._store.contents_of(doc_ids)
 
+    def present(self, doc_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are stored (one query, no text, metadata or vector read)."""
+        return self._store.present(doc_ids)
+
     def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
         spec = self._specs.get(IndexSpec(scoring, dim, kind).name)
         if spec is None:

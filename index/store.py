@@ -282,6 +282,18 @@ class Store:
         found = {doc_id: Contents(doc_id, text, json.loads(meta)) for doc_id, text, meta in rows}
         return [found.get(doc_id) for doc_id in doc_ids]
 
+    def present(self, doc_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are present, read with one query of the ids alone."""
+        rows = (
+            self._reader()
+            .execute(
+                "SELECT doc_id FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(doc_ids)),),
+            )
+            .fetchall()
+        )
+        return {doc_id for (doc_id,) in rows}
+
     def count(self) -> int:
         """How many documents are present."""
         return int(self._reader().execute("SELECT COUNT(*) FROM documents").fetchone()[0])

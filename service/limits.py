@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from service.errors import InvalidRequest
 
 MAX_ID_CHARS = 256
+MAX_LOOKUP_IDS = 1000
+"""Ids per ``POST /documents/lookup``: one SQLite query each, a body of at most ~256 KB."""
 
 
 def _check_unicode(text: str, param: str) -> None:
@@ -63,3 +65,15 @@ def check_document_id(doc_id: str, param: str) -> None:
             f"{param} has {len(doc_id)} characters; the limit is {MAX_ID_CHARS}", param
         )
     _check_unicode(doc_id, param)
+
+
+def check_document_ids(doc_ids: Sequence[str], param: str) -> None:
+    """Raise :class:`InvalidRequest` unless 1..``MAX_LOOKUP_IDS`` usable document ids are given."""
+    if not doc_ids:
+        raise InvalidRequest(f"{param} is empty: give at least one id", param)
+    if len(doc_ids) > MAX_LOOKUP_IDS:
+        raise InvalidRequest(
+            f"{param} has {len(doc_ids)} items; the limit is {MAX_LOOKUP_IDS} per request", param
+        )
+    for position, doc_id in enumerate(doc_ids):
+        check_document_id(doc_id, f"{param}.{position}")

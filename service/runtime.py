@@ -27,7 +27,7 @@ from service.collections import CollectionSet, HostedCollection
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
-from service.limits import check_document_id, check_texts
+from service.limits import check_document_id, check_document_ids, check_texts
 from service.metrics import Metrics
 from service.search import Searcher, SearchOutcome, SearchPlan
 from service.settings import Settings
@@ -328,6 +328,15 @@ class Runtime:
         ):
             gauge.clear()  # the deleted collection's series go; the others' come back below
         self.refresh_gauges()
+
+    async def find_documents(
+        self, doc_ids: Sequence[str], param: str = "ids", collection: str | None = None
+    ) -> list[str]:
+        """Which of ``doc_ids`` are stored in ``collection``, in the order given, each once."""
+        check_document_ids(doc_ids, param)
+        with self.collections.get(collection).use() as hosted:
+            present = await asyncio.to_thread(hosted.collection.present, doc_ids)
+        return [doc_id for doc_id in dict.fromkeys(doc_ids) if doc_id in present]
 
     async def search(
         self,

@@ -9,10 +9,19 @@ It wraps any :class:`httpx.Client` (FastAPI's ``TestClient`` is one), so the tes
 in-process app through the same code as the CLI and the benchmarks drive a real server.
 Overload answers (429) are retried after the ``Retry-After`` the service computed, a bounded
 number of times; any other refusal raises :class:`RequestRefused` with the service's message.
+
+Ingest can go on past bad documents (``add_documents(..., on_reject=...)``): a batch the service
+refuses as a whole (422 or 413) is narrowed down to the documents at fault, which are reported,
+while the others are stored. The service names the first document at fault in its error's
+``param`` (``documents.3.text``): that one is set aside and the rest resent, one request per bad
+document; a refusal that names no document (a body too large) is split in halves until it does,
+or until one document is left, which is then the one at fault. Nothing is checked here twice:
+the service's answer is the only judge.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +34,10 @@ from support.processes import wait_until
 DEFAULT_TIMEOUT_S = 300.0
 RETRIES_ON_429 = 20
 MAX_RETRY_WAIT_S = 30.0
+LOOKUP_BATCH = 1000
+"""Ids per ``POST /documents/lookup``: the service's limit (``service.limits.MAX_LOOKUP_IDS``)."""
+NARROWED_STATUSES = (413, 422)
+"""Refusals of a whole batch that ``add_documents(..., on_reject=...)`` narrows down."""
 
 
 class RequestRefused(RuntimeError):
@@ -32,10 +45,26 @@ class RequestRefused(RuntimeError):
 
     def __init__(self, response: httpx.Response) -> None:
         self.status_code = response.status_code
+        self.message, self.param = _error_of(response)
         super().__init__(
             f"{response.request.method} {response.request.url.path} was refused: "
             f"{response.status_code} {response.text[:300]}"
         )
+
+    def position(self, field: str) -> int | None:
+        """The item of the body's list ``field`` the refusal names (its ``param`` is
+        ``field.N`` or ``field.N.…``), or None."""
+        found = re.fullmatch(rf"{re.escape(field)}\.(\d+)(?:\..*)?", self.param or "")
+        return None if found is None else int(found.group(1))
+
+
+def _error_of(response: httpx.Response) -> tuple[str, str | None]:
+    """The message and param of the service's error body (the raw text when it has none)."""
+    try:
+        error = response.json()["error"]
+        return str(error["message"]), error.get("param")
+    except (ValueError, KeyError, TypeError):
+        return response.text[:300], None
 
 
 class FractalClient:
@@ -101,18 +130,28 @@ class FractalClient:
         batch_size: int = 128,
         concurrency: int = 1,
         progress: Callable[[int], None] | None = None,
+        on_reject: Callable[[int, str], None] | None = None,
     ) -> list[str]:
         """``POST /documents`` in batches of ``batch_size``, ``concurrency`` batches in flight
         at once; the ids the service acknowledged, in the order of ``documents``.
-        ``progress(n)`` is called with the size of each acknowledged batch."""
+        ``progress(n)`` is called with the number of documents each answer settled.
+
+        Without ``on_reject`` a refused batch raises :class:`RequestRefused`. With it, a batch
+        refused with 422 or 413 is narrowed down (see the module docstring):
+        ``on_reject(position, message)`` for each document at fault (its position in
+        ``documents``, the service's message), the others are stored, and the ids returned are
+        those of the stored documents alone."""
         starts = range(0, len(documents), batch_size)
 
         def send(start: int) -> list[str]:
-            batch = list(documents[start : start + batch_size])
-            ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
-            if progress is not None:
-                progress(len(batch))
-            return ids
+            positions = list(range(start, min(start + batch_size, len(documents))))
+            if on_reject is None:
+                batch = [documents[position] for position in positions]
+                ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
+                if progress is not None:
+                    progress(len(batch))
+                return ids
+            return self._add_narrowing(documents, positions, progress, on_reject)
 
         if concurrency <= 1:
             batches = [send(start) for start in starts]
@@ -120,6 +159,64 @@ class FractalClient:
             with ThreadPoolExecutor(concurrency) as pool:
                 batches = list(pool.map(send, starts))
         return [doc_id for ids in batches for doc_id in ids]
+
+    def _add_narrowing(
+        self,
+        documents: Sequence[dict],
+        positions: list[int],
+        progress: Callable[[int], None] | None,
+        on_reject: Callable[[int, str], None],
+    ) -> list[str]:
+        """Store the documents at ``positions``, setting aside those the service refuses."""
+        stored: dict[int, str] = {}
+        pending = [positions]
+        while pending:
+            part = pending.pop()
+            batch = [documents[position] for position in part]
+            try:
+                ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
+            except RequestRefused as refused:
+                if refused.status_code not in NARROWED_STATUSES:
+                    raise
+                at_fault = refused.position("documents")
+                if len(part) == 1:
+                    at_fault = 0
+                if at_fault is None or at_fault >= len(part):
+                    half = len(part) // 2
+                    pending += [part[half:], part[:half]]
+                    continue
+                message = refused.message.replace(f"documents.{at_fault}.", "")
+                on_reject(part[at_fault], message)
+                if progress is not None:
+                    progress(1)
+                rest = part[:at_fault] + part[at_fault + 1 :]
+                if rest:
+                    pending.append(rest)
+                continue
+            stored.update(zip(part, ids, strict=True))
+            if progress is not None:
+                progress(len(part))
+        return [stored[position] for position in sorted(stored)]
+
+    def stored_ids(self, ids: Sequence[str], *, batch_size: int = LOOKUP_BATCH) -> set[str]:
+        """Which of ``ids`` the service stores: ``POST /documents/lookup``, ``batch_size`` ids
+        a request. An id the service refuses to look up (too long, say) cannot be stored, so
+        it is left out of the question and of the answer."""
+        found: set[str] = set()
+        for start in range(0, len(ids), batch_size):
+            asked = list(ids[start : start + batch_size])
+            while asked:
+                try:
+                    response = self.request("POST", "/documents/lookup", json={"ids": asked})
+                except RequestRefused as refused:
+                    at_fault = refused.position("ids")
+                    if refused.status_code != 422 or at_fault is None or at_fault >= len(asked):
+                        raise
+                    del asked[at_fault]
+                    continue
+                found.update(response.json()["found"])
+                break
+        return found
 
     def search(self, query: str, **params: Any) -> dict:
         """``GET /search?q=…`` with ``params`` as query parameters; the JSON answer."""

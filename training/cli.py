@@ -5,13 +5,15 @@
     fractal evaluate runs/v5-42 runs/mrl-42 --out runs/report
     fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report]
     fractal export-identity --out bundles/identity
+    fractal ingest corpus.jsonl --url http://127.0.0.1:8000 [--resume]  # a corpus → service
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
     fractal mshc --dataset clinc150 --out runs/clinc150-mshc  # MSHC: train, evaluate, export
     fractal finetune --dataset banking77 --objective mic --unfreeze-layers 6 --out runs/b77-mic
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/   # a corpus → Parquet
     fractal import shards/ --bundle bundles/identity --index-dir fractal-index
 
-Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback.
+Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback. ``fractal ingest
+FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stored the others.
 """
 
 from __future__ import annotations
@@ -310,40 +312,159 @@ def _cmd_quantize(args):
     )
 
 
+DATASET_INGEST_OPTIONS = {"split": "--split", "max_texts": "--max-texts"}
+FILE_INGEST_OPTIONS = {
+    "id_column": "--id-column",
+    "text_column": "--text-column",
+    "metadata_columns": "--metadata-columns",
+    "resume": "--resume",
+    "rejects": "--rejects",
+}
+
+
 def _cmd_ingest(args):
+    """Send a corpus FILE, or a dataset split (``--dataset``), to a running service."""
+    if args.corpus is not None and args.dataset is not None:
+        raise FractalError("give a corpus FILE or --dataset, not both")
+    mode, others = (
+        ("--dataset", FILE_INGEST_OPTIONS)
+        if args.corpus is None
+        else ("a corpus FILE", DATASET_INGEST_OPTIONS)
+    )
+    given = [flag for name, flag in others.items() if getattr(args, name) not in (None, False)]
+    if given:
+        raise FractalError(f"{', '.join(given)} cannot be used with {mode}")
+    for name in ("batch_size", "concurrency"):
+        if getattr(args, name) < 1:
+            raise FractalError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.corpus is None:
+        return _ingest_dataset(args)
+    return _ingest_file(args)
+
+
+def _ready_client(args):
+    """A client of the service at ``--url`` once it is ready, whose limit on documents per
+    request ``--batch-size`` respects."""
+    import httpx
+
+    from support.client import FractalClient, RequestRefused
+
+    client = FractalClient(args.url)
+    try:
+        client.wait_ready(args.wait)
+        info = client.info()
+    except TimeoutError:
+        client.close()
+        waited = f"after {args.wait:g} s"
+        raise FractalError(f"no ready Fractal service at {args.url} {waited}") from None
+    except (RequestRefused, httpx.HTTPError) as exc:
+        client.close()
+        raise FractalError(f"cannot read /info of the service at {args.url}: {exc}") from None
+    limit = info["limits"]["max_texts"]
+    if args.batch_size > limit:
+        client.close()
+        raise FractalError(
+            f"--batch-size {args.batch_size} is over the service's limit of {limit} documents "
+            "per request (FRACTAL_MAX_TEXTS)"
+        )
+    return client
+
+
+def _ingest_dataset(args):
     """Send a dataset split to a running service as documents (a demo corpus)."""
     from tqdm.auto import tqdm
 
-    from support.client import FractalClient, RequestRefused
+    from support.client import RequestRefused
     from training.data.registry import load_dataset
 
-    splits = load_dataset(args.dataset, max_train=args.max_texts, max_test=args.max_texts)
-    part = splits.train if args.split == "train" else splits.test
+    dataset, split = args.dataset or "clinc150", args.split or "train"
+    splits = load_dataset(dataset, max_train=args.max_texts, max_test=args.max_texts)
+    part = splits.train if split == "train" else splits.test
     names = splits.hierarchy.label_names
     levels = splits.hierarchy.level_names
     documents = [
         {
-            "id": f"{Path(args.dataset).name}-{args.split}-{i}",
+            "id": f"{Path(dataset).name}-{split}-{i}",
             "text": part.texts[i],
             "metadata": {levels[lv]: names[lv][part.labels[i, lv]] for lv in range(len(levels))},
         }
         for i in range(len(part))
     ]
     with (
-        FractalClient(args.url) as client,
+        _ready_client(args) as client,
         tqdm(total=len(part), desc="ingest", unit="doc", disable=args.no_progress) as bar,
     ):
         try:
-            client.wait_ready(args.wait)
-        except TimeoutError:
-            raise FractalError(
-                f"no ready Fractal service at {args.url} after {args.wait:g} s"
-            ) from None
-        try:
-            client.add_documents(documents, batch_size=args.batch_size, progress=bar.update)
+            client.add_documents(
+                documents,
+                batch_size=args.batch_size,
+                concurrency=args.concurrency,
+                progress=bar.update,
+            )
         except RequestRefused as refused:
             raise FractalError(f"the service refused a batch: {refused}") from None
-    print(f"ingested {len(part)} {args.split} texts of {args.dataset} into {args.url}")
+    print(f"ingested {len(part)} {split} texts of {dataset} into {args.url}")
+
+
+def _listed(numbers: list[int], most: int = 20) -> str:
+    shown = ", ".join(f"{number:,}" for number in numbers[:most])
+    return shown if len(numbers) <= most else f"{shown} and {len(numbers) - most:,} more"
+
+
+def _ingest_file(args):
+    """A corpus file → the service (:mod:`bulk.ingest`); exit status 1 if a row was rejected."""
+    import json
+
+    import httpx
+    from tqdm.auto import tqdm
+
+    from bulk import BulkError
+    from bulk.corpus import Columns, place, row_unit
+    from bulk.ingest import IngestOptions, ingest_corpus, open_corpus
+    from support.client import RequestRefused
+
+    columns = Columns(args.id_column or "id", args.text_column or "text", args.metadata_columns)
+    options = IngestOptions(
+        columns, args.batch_size, args.concurrency, args.resume, not args.no_progress
+    )
+    try:
+        rows = open_corpus(args.corpus, columns)
+        rejects = args.rejects.open("w", encoding="utf-8") if args.rejects else None
+    except BulkError as exc:
+        raise FractalError(str(exc)) from None
+    except OSError as exc:
+        raise FractalError(f"--rejects {args.rejects}: cannot write it ({exc})") from None
+    unit = row_unit(args.corpus)
+
+    def report(rejection) -> None:
+        tqdm.write(f"{place(args.corpus, rejection.row)}: {rejection.reason}", file=sys.stderr)
+        if rejects is not None:
+            entry = {unit: rejection.row, "id": rejection.id, "reason": rejection.reason}
+            rejects.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            rejects.flush()
+
+    try:
+        with _ready_client(args) as client:
+            summary = ingest_corpus(args.corpus, rows, client, options, report)
+    except BulkError as exc:
+        raise FractalError(str(exc)) from None
+    except (RequestRefused, httpx.HTTPError) as exc:
+        raise FractalError(
+            f"{exc}; what was acknowledged is stored: rerun with --resume to send the rest"
+        ) from None
+    finally:
+        if rejects is not None:
+            rejects.close()
+    parts = [f"stored {summary.stored:,}"]
+    if args.resume:
+        parts.append(f"skipped {summary.skipped:,} already stored")
+    rejected = [rejection.row for rejection in summary.rejected]
+    parts.append(f"rejected {len(rejected):,}")
+    line = ", ".join(parts)
+    if rejected:
+        line += f": {summary.unit}{'s' if len(rejected) > 1 else ''} {_listed(rejected)}"
+    print(line)
+    return 1 if rejected else 0
 
 
 def _cmd_mshc(args):
@@ -579,14 +700,35 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     quantize.set_defaults(handler=_cmd_quantize)
 
-    ingest = commands.add_parser("ingest", help="send a dataset split to a running service")
+    ingest = commands.add_parser(
+        "ingest", help="send a corpus file (JSONL, CSV/TSV, Parquet) or a dataset to a service"
+    )
+    ingest.add_argument(
+        "corpus", type=Path, nargs="?", help="a .jsonl, .csv, .tsv or .parquet file (or --dataset)"
+    )
     ingest.add_argument("--url", default="http://127.0.0.1:8000")
-    ingest.add_argument("--dataset", default="clinc150")
-    ingest.add_argument("--split", choices=("train", "test"), default="train")
-    ingest.add_argument("--max-texts", type=int, help="subsample the split (default: all)")
     ingest.add_argument("--batch-size", type=int, default=128, help="documents per request")
+    ingest.add_argument("--concurrency", type=int, default=1, help="requests in flight")
     ingest.add_argument("--wait", type=float, default=120, help="seconds to wait for /ready")
     ingest.add_argument("--no-progress", action="store_true")
+    corpus = ingest.add_argument_group("a corpus FILE")
+    corpus.add_argument("--id-column", help="default: id")
+    corpus.add_argument("--text-column", help="default: text")
+    corpus.add_argument(
+        "--metadata-columns",
+        type=_name_list,
+        help="a,b (default: every other column; a column named metadata holds an object)",
+    )
+    corpus.add_argument(
+        "--resume", action="store_true", help="skip the ids the service already stores"
+    )
+    corpus.add_argument(
+        "--rejects", type=Path, help="also write the rejected rows to this file, as JSONL"
+    )
+    dataset = ingest.add_argument_group("a dataset (a demo corpus)")
+    dataset.add_argument("--dataset", help="clinc150, banking77, … (the default without FILE)")
+    dataset.add_argument("--split", choices=("train", "test"), help="default: train")
+    dataset.add_argument("--max-texts", type=int, help="subsample the split (default: all)")
     ingest.set_defaults(handler=_cmd_ingest)
 
     mshc = commands.add_parser(
@@ -641,14 +783,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.handler(args)
+        status = args.handler(args)
     except FractalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

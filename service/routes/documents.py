@@ -1,6 +1,7 @@
 """``/documents``: add (embed + store, committed before the answer), add with precomputed
-vectors (``/documents/vectors``: store only), read and delete — in the default collection, and
-the same under ``/collections/{collection}`` for a named one (:mod:`service.collections`)."""
+vectors (``/documents/vectors``: store only), read, delete, and which ids are stored
+(``/documents/lookup``) — in the default collection, and the same under
+``/collections/{collection}`` for a named one (:mod:`service.collections`)."""
 
 import json
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.errors import error_responses
+from service.limits import MAX_LOOKUP_IDS
 from service.metrics import label_request
 from service.runtime import RuntimeDep
 
@@ -68,6 +70,19 @@ class AddDocumentsResponse(BaseModel):
     ids: list[str] = Field(description="The documents' ids, in request order.")
 
 
+class LookupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(
+        description=f"The document ids to look for: 1 to {MAX_LOOKUP_IDS}, each non-blank and "
+        "at most 256 characters."
+    )
+
+
+class LookupResponse(BaseModel):
+    found: list[str] = Field(description="The given ids that are stored, in request order, once.")
+
+
 class DocumentOut(BaseModel):
     id: str
     text: str
@@ -91,7 +106,7 @@ def _named_collection(
 
 
 def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> APIRouter:
-    """The four document routes under ``prefix``, in the collection ``collection_of`` names.
+    """The document routes under ``prefix``, in the collection ``collection_of`` names.
 
     (This module does without ``from __future__ import annotations``: FastAPI reads the routes'
     annotations, and ``Collection`` is local to this function.)"""
@@ -129,6 +144,14 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
             collection=collection,
         )
         return AddDocumentsResponse(ids=ids)
+
+    @router.post("/documents/lookup", responses=error_responses(404, 422, 503))
+    async def lookup_documents(
+        body: LookupRequest, runtime: RuntimeDep, collection: Collection
+    ) -> LookupResponse:
+        """Which of these ids are stored, answered with one store query (to resume an ingest
+        without one request per document)."""
+        return LookupResponse(found=await runtime.find_documents(body.ids, collection=collection))
 
     @router.get("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
     async def get_document(doc_id: str, runtime: RuntimeDep, collection: Collection) -> DocumentOut:

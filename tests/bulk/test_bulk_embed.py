@@ -115,8 +115,8 @@ def test_a_rerun_skips_finished_shards_and_redoes_a_damaged_one(
 BAD_CORPORA = [
     ("empty.jsonl", "", "holds no documents"),
     ("header.csv", "id,body\na,hello\n", "no text column 'text'"),
-    ("rows.jsonl", '{"text": "a"}\n{"text": \n', "row 2: not valid JSON"),
-    ("twice.jsonl", '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n', "row 2: id 'x'"),
+    ("rows.jsonl", '{"text": "a"}\n{"text": \n', "line 2: not valid JSON"),
+    ("twice.jsonl", '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n', "line 2: id 'x'"),
 ]
 
 

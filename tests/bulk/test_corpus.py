@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bulk import BulkError
-from bulk.corpus import Columns, read_chunks
+from bulk.corpus import BadRow, Columns, Record, read_chunks, read_rows
 from tests.bulk.helpers import TEXTS, write_jsonl
 
 
@@ -83,12 +83,16 @@ BAD_CORPORA = [
     ("empty.jsonl", "\n\n", "holds no documents"),
     ("empty.csv", "id,text\n", "holds no documents"),
     ("header.csv", "id,body\na,hello\n", "no text column 'text' (columns: id, body)"),
-    ("rows.jsonl", '{"text": "a"}\n{"text": "b"\n', "row 2: not valid JSON"),
-    ("list.jsonl", '{"text": "a"}\n[1, 2]\n', "row 2: not a JSON object"),
-    ("blank.jsonl", '{"text": "a"}\n{"text": "  "}\n', "row 2: the text is empty"),
-    ("fields.csv", "id,text\na,hello\nb,hello,extra\n", "row 2: 3 fields, the header has 2"),
+    ("rows.jsonl", '{"text": "a"}\n{"text": "b"\n', "line 2: not valid JSON"),
+    ("list.jsonl", '{"text": "a"}\n[1, 2]\n', "line 2: not a JSON object"),
+    ("blank.jsonl", '{"text": "a"}\n{"text": "  "}\n', "line 2: the text is missing, empty"),
+    ("fields.csv", "id,text\na,hello\nb,hello,extra\n", "line 3: 3 fields, the header has 2"),
     ("bytes.txt", b"hello\n\xff\xfe oops\n", "not valid UTF-8"),
-    ("twice.jsonl", '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n', "row 2: id 'x'"),
+    (
+        "twice.jsonl",
+        '{"id": "x", "text": "a"}\n{"id": "x", "text": "b"}\n',
+        "line 2: id 'x' repeats line 1",
+    ),
     ("corpus.xml", "<a/>", "unknown corpus format '.xml'"),
     ("table.parquet", b"PAR1 not really", "not a readable Parquet file"),
 ]
@@ -105,6 +109,55 @@ def test_bad_corpora_name_the_file_and_row(
     assert message in str(raised.value)
 
 
+def test_read_rows_reports_each_bad_row_and_goes_on(tmp_path: Path) -> None:
+    lines = [
+        '{"id": "a", "text": "hello"}',
+        '{"id": "b", "text": ',
+        "",
+        '["not", "an", "object"]',
+        '{"id": "", "text": "no id"}',
+        '{"id": "c", "text": "   "}',
+        '{"id": "d", "text": "bad metadata", "metadata": [1, 2]}',
+        '{"id": "e", "text": "clash", "metadata": {"lang": "en"}, "lang": "fr"}',
+        '{"id": "f", "text": "merged", "metadata": {"lang": "en"}, "n": 1}',
+    ]
+    path = _write(tmp_path / "c.jsonl", "\n".join(lines) + "\n")
+    items = list(read_rows(path, Columns()))
+    assert [type(item) for item in items] == [Record] + [BadRow] * 6 + [Record]
+    assert [item.row for item in items] == [1, 2, 4, 5, 6, 7, 8, 9]
+    reasons = [item.reason for item in items if isinstance(item, BadRow)]
+    assert reasons[0].startswith("not valid JSON")
+    assert reasons[1:] == [
+        "not a JSON object",
+        "the id is missing, empty or not a string ('')",
+        "the text is missing, empty or not a string ('   ')",
+        "the metadata is not a JSON object ([1, 2])",
+        "the metadata object's key(s) 'lang' are also columns",
+    ]
+    assert items[-1] == Record(9, "f", "merged", {"lang": "en", "n": 1})
+
+
+def test_csv_rows_are_numbered_by_the_line_they_start_on(tmp_path: Path) -> None:
+    content = 'key,body,metadata\na,"two\nlines",\nb,x,"{""lang"": ""en""}"\nc,y,not json\n'
+    path = _write(tmp_path / "c.csv", content)
+    items = list(read_rows(path, Columns(id="key", text="body")))
+    assert items[:2] == [Record(2, "a", "two\nlines", {}), Record(4, "b", "x", {"lang": "en"})]
+    assert items[2] == BadRow(5, "the metadata is not a JSON object ('not json')", "c")
+    # Without an id column, a record's id is its number after the header, not its line.
+    assert [(item.row, item.id) for item in read_rows(path, Columns(text="body"))] == [
+        (2, "1"),
+        (4, "2"),
+        (5, "3"),
+    ]
+
+
+def test_a_line_that_is_not_utf8_is_one_bad_row(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.jsonl", b'{"text": "a"}\n\xff\n{"text": "b"}\n')
+    items = list(read_rows(path, Columns()))
+    assert [type(item) for item in items] == [Record, BadRow, Record]
+    assert items[1].reason == "not valid UTF-8 (byte 0xff)"
+
+
 def test_a_missing_corpus_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(BulkError, match="cannot read the corpus"):
         _read(tmp_path / "missing.jsonl")
@@ -112,7 +165,7 @@ def test_a_missing_corpus_is_unreadable(tmp_path: Path) -> None:
 
 def test_bulk_never_imports_torch_or_fastapi() -> None:
     code = (
-        "import sys, bulk.corpus, bulk.shards, bulk.embed, bulk.importer; "
+        "import sys, bulk.corpus, bulk.shards, bulk.embed, bulk.importer, bulk.ingest; "
         "print(sorted(m for m in ('torch', 'fastapi', 'training') if m in sys.modules))"
     )
     output = subprocess.run(

@@ -67,6 +67,15 @@ def test_contents_of_keeps_the_order_and_gives_none_for_unknown_ids(tmp_path: Pa
     store.close()
 
 
+def test_present_names_the_stored_ids_among_those_asked(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store.sqlite3", 4)
+    store.upsert([doc("a", 1.0), doc("b", 2.0), doc("c", 3.0)])
+    store.delete(["c"])
+    assert store.present(["b", "missing", "a", "c", "b"]) == {"a", "b"}
+    assert store.present([]) == set()
+    store.close()
+
+
 def test_changes_since_gives_the_net_change_after_a_counter(tmp_path: Path) -> None:
     store = Store(tmp_path / "store.sqlite3", 4)
     a, b, c = store.upsert([doc("a", 1.0), doc("b", 2.0), doc("c", 3.0)]).rows

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from service.limits import MAX_LOOKUP_IDS
 from service.settings import Settings
 from tests.service.helpers import make_settings, serve
 
@@ -128,6 +129,35 @@ def test_non_finite_metadata_is_refused(client: TestClient) -> None:
     )
     assert response.status_code == 422
     assert "metadata must be plain JSON" in response.json()["error"]["message"]
+
+
+def test_lookup_says_which_ids_are_stored_in_one_request(client: TestClient) -> None:
+    _add(client, [{"id": "look/1", "text": "one"}, {"id": "look/2", "text": "two"}])
+    asked = ["look/2", "look/missing", "look/1", "look/2"]
+    response = client.post("/documents/lookup", json={"ids": asked})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"found": ["look/2", "look/1"]}
+    client.delete("/documents/look/1")
+    assert client.post("/documents/lookup", json={"ids": asked}).json() == {"found": ["look/2"]}
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"ids": []}, "ids is empty: give at least one id"),
+        ({"ids": ["a"] * (MAX_LOOKUP_IDS + 1)}, f"the limit is {MAX_LOOKUP_IDS} per request"),
+        ({"ids": ["a", " "]}, "ids.1 is empty or only whitespace"),
+        ({"ids": ["x" * 257]}, "ids.0 has 257 characters; the limit is 256"),
+        ({"ids": [1]}, "ids.0: Input should be a valid string"),
+        ({"ids": "a"}, "ids: Input should be a valid list"),
+        ({"ids": ["a"], "k": 1}, "k: Extra inputs are not permitted"),
+        ({}, "ids: Field required"),
+    ],
+)
+def test_bad_lookups_are_refused(client: TestClient, body: dict, needle: str) -> None:
+    response = client.post("/documents/lookup", json=body)
+    assert response.status_code == 422
+    assert needle in response.json()["error"]["message"]
 
 
 def test_writes_are_snapshotted_periodically(tiny_bundle_dir: Path, settings_for) -> None:

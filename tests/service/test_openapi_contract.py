@@ -27,6 +27,7 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
         "/v1/embeddings",
         "/documents",
         "/documents/vectors",
+        "/documents/lookup",
         "/documents/{doc_id}",
         "/collections",
         "/collections/{name}",

@@ -62,7 +62,7 @@ def locked(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def test_the_walk_covers_every_route_of_the_app() -> None:
-    assert len(_operations()) == 19
+    assert len(_operations()) == 21
 
 
 @pytest.mark.parametrize(("method", "path"), _operations())
