@@ -77,8 +77,12 @@ class FractalClient:
         *,
         api_key: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        collection: str | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # Documents go to, and searches run in, this named collection (None: the default one).
+        self.collection = collection
+        self._documents = f"/collections/{collection}/documents" if collection else "/documents"
         if isinstance(target, str):
             self.http = httpx.Client(base_url=target, timeout=timeout_s, headers=headers)
             self._owned = True
@@ -147,7 +151,7 @@ class FractalClient:
             positions = list(range(start, min(start + batch_size, len(documents))))
             if on_reject is None:
                 batch = [documents[position] for position in positions]
-                ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
+                ids = self.request("POST", self._documents, json={"documents": batch}).json()["ids"]
                 if progress is not None:
                     progress(len(batch))
                 return ids
@@ -174,7 +178,7 @@ class FractalClient:
             part = pending.pop()
             batch = [documents[position] for position in part]
             try:
-                ids = self.request("POST", "/documents", json={"documents": batch}).json()["ids"]
+                ids = self.request("POST", self._documents, json={"documents": batch}).json()["ids"]
             except RequestRefused as refused:
                 if refused.status_code not in NARROWED_STATUSES:
                     raise
@@ -207,7 +211,9 @@ class FractalClient:
             asked = list(ids[start : start + batch_size])
             while asked:
                 try:
-                    response = self.request("POST", "/documents/lookup", json={"ids": asked})
+                    response = self.request(
+                        "POST", f"{self._documents}/lookup", json={"ids": asked}
+                    )
                 except RequestRefused as refused:
                     at_fault = refused.position("ids")
                     if refused.status_code != 422 or at_fault is None or at_fault >= len(asked):
@@ -220,7 +226,8 @@ class FractalClient:
 
     def search(self, query: str, **params: Any) -> dict:
         """``GET /search?q=…`` with ``params`` as query parameters; the JSON answer."""
-        return self.request("GET", "/search", params={"q": query, **params}).json()
+        scope = {"collection": self.collection} if self.collection else {}
+        return self.request("GET", "/search", params={"q": query, **scope, **params}).json()
 
     def search_batch(
         self, queries: Sequence[str], *, batch_size: int = 128, **options: Any
@@ -228,7 +235,8 @@ class FractalClient:
         """``POST /search`` in batches of ``batch_size`` queries with ``options`` in the body
         (``k``, ``granularity``, ``index``, ``rerank``…); one result per query, in order."""
         results: list[dict] = []
+        scope = {"collection": self.collection} if self.collection else {}
         for start in range(0, len(queries), batch_size):
-            body = {"queries": list(queries[start : start + batch_size]), **options}
+            body = {"queries": list(queries[start : start + batch_size]), **scope, **options}
             results += self.request("POST", "/search", json=body).json()["results"]
         return results

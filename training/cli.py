@@ -19,6 +19,7 @@ FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stor
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -349,7 +350,7 @@ def _ready_client(args):
 
     from support.client import FractalClient, RequestRefused
 
-    client = FractalClient(args.url)
+    client = FractalClient(args.url, api_key=args.api_key, collection=args.collection)
     try:
         client.wait_ready(args.wait)
         info = client.info()
@@ -360,6 +361,14 @@ def _ready_client(args):
     except (RequestRefused, httpx.HTTPError) as exc:
         client.close()
         raise FractalError(f"cannot read /info of the service at {args.url}: {exc}") from None
+    if args.collection is not None:
+        names = [c["name"] for c in client.request("GET", "/collections").json()["collections"]]
+        if args.collection not in names:
+            client.close()
+            raise FractalError(
+                f"the service at {args.url} has no collection {args.collection!r} (it has "
+                f"{', '.join(names)}): create it with POST /collections"
+            )
     limit = info["limits"]["max_texts"]
     if args.batch_size > limit:
         client.close()
@@ -707,6 +716,14 @@ def build_parser() -> argparse.ArgumentParser:
         "corpus", type=Path, nargs="?", help="a .jsonl, .csv, .tsv or .parquet file (or --dataset)"
     )
     ingest.add_argument("--url", default="http://127.0.0.1:8000")
+    ingest.add_argument(
+        "--collection", help="a named collection of the service (default: the default one)"
+    )
+    ingest.add_argument(
+        "--api-key",
+        default=os.environ.get("FRACTAL_API_KEY"),
+        help="the service's API key (default: $FRACTAL_API_KEY)",
+    )
     ingest.add_argument("--batch-size", type=int, default=128, help="documents per request")
     ingest.add_argument("--concurrency", type=int, default=1, help="requests in flight")
     ingest.add_argument("--wait", type=float, default=120, help="seconds to wait for /ready")

@@ -279,6 +279,28 @@ def test_a_clean_corpus_exits_zero(
     assert_one_error(status, err, "--batch-size 129 is over the service's limit of 128")
 
 
+def test_a_corpus_goes_to_a_named_collection_and_resumes_there(
+    capsys: pytest.CaptureFixture[str], server: ServiceProcess, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "news.jsonl"
+    rows = [{"id": f"n{i}", "text": f"market report number {i}"} for i in range(30)]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    args = ["ingest", corpus, "--url", server.base_url, "--collection", "news"]
+    status, _, err = run_cli(capsys, *args)
+    assert_one_error(status, err, "has no collection 'news'")
+    with httpx.Client(base_url=server.base_url) as http:
+        assert http.post("/collections", json={"name": "news"}).status_code == 201
+        status, out, err = run_cli(capsys, *args, "--batch-size", "7")
+        assert (status, out.strip()) == (0, "stored 30, rejected 0"), err
+        status, out, err = run_cli(capsys, *args, "--resume")
+        assert (status, out.strip()) == (0, "stored 0, skipped 30 already stored, rejected 0"), err
+        listed = {c["name"]: c["documents"] for c in http.get("/collections").json()["collections"]}
+        assert listed["news"] == 30
+        assert http.get("/documents/n0").status_code == 404  # not in the default collection
+        assert http.get("/collections/news/documents/n0").json()["text"] == "market report number 0"
+        http.request("DELETE", "/collections/news", json={"name": "news"})
+
+
 NO_SERVICE = ["--url", "http://127.0.0.1:9", "--wait", "1"]
 
 
