@@ -33,6 +33,7 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
         "/collections/{name}",
         "/collections/{collection}/documents",
         "/collections/{collection}/documents/vectors",
+        "/collections/{collection}/documents/lookup",
         "/collections/{collection}/documents/{doc_id}",
         "/search",
         "/health",
