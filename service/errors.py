@@ -15,6 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
+
+from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
 
@@ -91,7 +94,11 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+ERROR_SCHEMA_REF = "#/components/schemas/ErrorResponse"
+
+
 _ERROR_DESCRIPTIONS = {
+    400: "the body cannot be read as JSON text (it is not UTF-8)",
     404: "not found: the message names the document or model",
     422: "invalid input: the message says which field and what the limit is",
     429: "the encoder queue is full; retry after the Retry-After header's seconds",
@@ -105,6 +112,18 @@ def error_responses(*statuses: int) -> dict[int | str, dict]:
         status: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
+
+
+def document_unreadable_bodies(schema: dict) -> dict:
+    """``schema`` with the 400 of every operation that takes a body: FastAPI's answer to a body
+    it cannot decode, before any validation (a body that is not valid JSON is a 422)."""
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            if "requestBody" in operation:
+                description = _ERROR_DESCRIPTIONS[400]
+                content = {"application/json": {"schema": {"$ref": ERROR_SCHEMA_REF}}}
+                operation["responses"]["400"] = {"description": description, "content": content}
+    return schema
 
 
 def error_response(
@@ -130,6 +149,14 @@ def _location(loc: tuple) -> str:
     return ".".join(str(part) for part in parts) or "body"
 
 
+def _field(problem: dict) -> str:
+    """The field a problem is about; a broken rule may name a part of it (``input.3``)."""
+    location = _location(problem["loc"])
+    if problem.get("type") == RULE_ERROR:
+        return location + problem.get("ctx", {}).get("at", "")
+    return location
+
+
 def _describe_validation(error: RequestValidationError) -> tuple[str, str | None]:
     problems = error.errors()
     messages = []
@@ -137,16 +164,33 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
         if problem.get("type") == "json_invalid":
             reason = problem.get("ctx", {}).get("error", "")
             messages.append(f"the body is not valid JSON ({reason})")
+        elif problem.get("type") == RULE_ERROR:  # "texts.1 has 9000 characters; the limit …"
+            messages.append(f"{_field(problem)} {problem['msg']}")
         else:
-            messages.append(f"{_location(problem['loc'])}: {problem['msg']}")
+            messages.append(f"{_field(problem)}: {problem['msg']}")
     if len(problems) > MAX_LISTED_PROBLEMS:
         messages.append(f"and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
     first = problems[0] if problems else None
-    param = _location(first["loc"]) if first and first.get("type") != "json_invalid" else None
+    param = _field(first) if first and first.get("type") != "json_invalid" else None
     return "; ".join(messages) or "invalid request", param
 
 
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` header of a 405: every method of the routes whose path matches the
+    request's. Paths match as in OpenAPI, a path without parameters before a templated one:
+    ``/documents/vectors`` allows POST, though ``GET /documents/{doc_id}`` would look up a
+    document with that id. (Starlette names the methods of the first route that matched.)"""
+    concrete: set[str] = set()
+    templated: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                (templated if route.param_convertors else concrete).update(route.methods)
+    return ", ".join(sorted(concrete or templated))
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -166,7 +210,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
         kind = _HTTP_KINDS.get(exc.status_code, "http_error")
-        return error_response(request, exc.status_code, kind, str(exc.detail), headers=exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        return error_response(request, exc.status_code, kind, str(exc.detail), headers=headers)
 
     async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)

@@ -4,27 +4,29 @@ vectors (``/documents/vectors``: store only), read and delete."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from service.errors import error_responses
+from service.limits import DocumentId, FullVector, PerRequest, ServedBundleHash, Text
 from service.metrics import label_request
+from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["documents"])
 
 
 class DocumentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    id: str | None = Field(
+    id: DocumentId | None = Field(
         None,
-        description="Unique id (at most 256 characters); generated when missing. "
-        "An existing id is replaced.",
+        description="Unique id (at most 256 characters, not blank, not repeated within a "
+        "request); generated when missing. An existing id is replaced.",
     )
-    text: str = Field(description="The text to embed and store (at most FRACTAL_MAX_CHARS).")
+    text: Text = Field(description="The text to embed and store (at most FRACTAL_MAX_CHARS).")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Any JSON object, returned with the document."
     )
@@ -40,30 +42,46 @@ class DocumentIn(BaseModel):
 
 
 class AddDocumentsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    documents: list[DocumentIn] = Field(
+    documents: Annotated[list[DocumentIn], PerRequest()] = Field(
         min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
     )
 
 
 class VectorDocumentIn(DocumentIn):
-    vector: list[float] = Field(
+    vector: Annotated[list[float], FullVector()] = Field(
         description="The full, unnormalised embedding of the text by the served bundle "
         "(its dim values, all finite), e.g. from `fractal embed`."
     )
 
 
 class AddVectorsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    bundle_hash: str = Field(
+    bundle_hash: Annotated[str, ServedBundleHash()] = Field(
         description="The content hash of the bundle that made the vectors (`/info`'s "
         "bundle_hash); must be the served bundle's."
     )
-    documents: list[VectorDocumentIn] = Field(
+    documents: Annotated[list[VectorDocumentIn], PerRequest()] = Field(
         min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
     )
+
+
+_DOCUMENT = "#/paths/~1documents~1{doc_id}/"
+_FIRST_ID = {"doc_id": "$response.body#/ids/0"}
+STORED = {
+    200: {
+        "description": "The documents' ids, in request order. The links say where the ids of "
+        "/documents/{doc_id} come from.",
+        "links": {
+            "GetDocument": {"operationRef": _DOCUMENT + "get", "parameters": _FIRST_ID},
+            "DeleteDocument": {"operationRef": _DOCUMENT + "delete", "parameters": _FIRST_ID},
+        },
+    }
+}
+"""The 200 answer of the operations that store documents, with OpenAPI links from the first id
+to reading and deleting that document."""
 
 
 class AddDocumentsResponse(BaseModel):
@@ -81,7 +99,7 @@ class DeleteDocumentResponse(BaseModel):
     deleted: bool
 
 
-@router.post("/documents", responses=error_responses(422, 429, 503))
+@router.post("/documents", responses={**STORED, **error_responses(422, 429, 503)})
 async def add_documents(
     body: AddDocumentsRequest, runtime: RuntimeDep, request: Request
 ) -> AddDocumentsResponse:
@@ -95,7 +113,7 @@ async def add_documents(
     return AddDocumentsResponse(ids=ids)
 
 
-@router.post("/documents/vectors", responses=error_responses(422, 503))
+@router.post("/documents/vectors", responses={**STORED, **error_responses(422, 503)})
 async def add_vectors(
     body: AddVectorsRequest, runtime: RuntimeDep, request: Request
 ) -> AddDocumentsResponse:
@@ -104,7 +122,6 @@ async def add_vectors(
     label_request(request, dimension=str(runtime.manifest.dim))
     documents = body.documents
     ids = await runtime.add_vectors(
-        body.bundle_hash,
         [document.text for document in documents],
         [document.id for document in documents],
         [document.metadata for document in documents],
