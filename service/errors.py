@@ -8,6 +8,7 @@ Starlette's 404/405, and anything unexpected (500, with no detail leaked).
 from __future__ import annotations
 
 import logging
+import re
 from typing import ClassVar
 
 from fastapi import FastAPI, Request
@@ -15,7 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-from starlette.routing import Match, Route
 
 from service.limits import RULE_ERROR
 
@@ -178,19 +178,28 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
 
 
-def allowed_methods(request: Request) -> str:
-    """The ``Allow`` header of a 405: every method of the routes whose path matches the
-    request's. Paths match as in OpenAPI, a path without parameters before a templated one:
-    ``/documents/vectors`` allows POST, though ``GET /documents/{doc_id}`` would look up a
-    document with that id. (Starlette names the methods of the first route that matched.)"""
-    concrete: set[str] = set()
-    templated: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods:
-            match, _ = route.matches(request.scope)
-            if match is not Match.NONE:
-                (templated if route.param_convertors else concrete).update(route.methods)
-    return ", ".join(sorted(concrete or templated))
+def _path_pattern(template: str) -> re.Pattern[str]:
+    """An OpenAPI path template as a regular expression; a parameter may hold ``/`` (document
+    ids do: ``/documents/{doc_id:path}``)."""
+    literals = re.split(r"\{[^}]*\}", template)
+    return re.compile(".+".join(map(re.escape, literals)))
+
+
+def allowed_methods(request: Request) -> str | None:
+    """The ``Allow`` header of a 405: the methods the app's OpenAPI schema declares for the
+    request's path, a path without parameters matched before templated ones, as OpenAPI
+    matches them (``/documents/vectors``: POST; ``/documents/a-id``: DELETE, GET). None for a
+    path the schema does not have. (Starlette names the methods of the first route whose path
+    matched, which missed DELETE on ``/documents/{doc_id}``.)"""
+    paths: dict[str, dict] = request.app.openapi()["paths"]
+    path = request.scope["path"]
+    if path in paths:
+        methods = set(paths[path])
+    else:
+        templated = [template for template in paths if "{" in template]
+        matched = [template for template in templated if _path_pattern(template).fullmatch(path)]
+        methods = {method for template in matched for method in paths[template]}
+    return ", ".join(sorted(method.upper() for method in methods)) or None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -211,8 +220,9 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         kind = _HTTP_KINDS.get(exc.status_code, "http_error")
         headers = exc.headers
-        if exc.status_code == 405:
-            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        allowed = allowed_methods(request) if exc.status_code == 405 else None
+        if allowed is not None:
+            headers = {**(headers or {}), "Allow": allowed}
         return error_response(request, exc.status_code, kind, str(exc.detail), headers=headers)
 
     async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:

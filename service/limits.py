@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import BeforeValidator, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -406,13 +406,14 @@ class OpenAIInputRule(Rule):
             if isinstance(value, list):
                 raise Broken("is empty: give at least one text or token array")
             raise Broken(WRONG_INPUT)
+        if all(_is_int(item) for item in value):
+            self._tokens(value, "", limits)
+            return
         if len(value) > limits.max_texts:
             raise Broken(f"has {len(value)} items; the limit is {limits.max_texts} per request")
         if all(isinstance(item, str) for item in value):
             for position, text in enumerate(value):
                 self._text(text, f".{position}", limits)
-        elif all(_is_int(item) for item in value):
-            self._tokens(value, "", limits)
         elif all(isinstance(item, list) for item in value):
             for position, tokens in enumerate(value):
                 if not all(_is_int(token) for token in tokens):
@@ -466,6 +467,12 @@ class OpenAIInputRule(Rule):
         ]
 
 
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+"""An integer as JSON Schema has it: ``35`` or ``35.0``, in a strict model too (not ``"35"``)."""
 Text = Annotated[str, TextRule()]
 TextList = Annotated[list[Text], PerRequest()]
 DocumentId = Annotated[str, TextRule(MAX_ID_CHARS)]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.embedding import prefix_vectors, resolve_dims
 from service.errors import error_responses
-from service.limits import PrefixDims, TextList
+from service.limits import JsonInt, PrefixDims, TextList
 from service.metrics import label_request
 from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
@@ -25,7 +25,7 @@ class EmbedRequest(BaseModel):
         description="Texts to embed: non-blank, at most FRACTAL_MAX_TEXTS of at most "
         "FRACTAL_MAX_CHARS characters each.",
     )
-    dims: Annotated[int | list[int], PrefixDims()] | None = Field(
+    dims: Annotated[JsonInt | list[JsonInt], PrefixDims()] | None = Field(
         None,
         description="Prefix dimension(s) to return, each one of the bundle's prefix_dims "
         "(GET /info), without repeats. Default: the full dimension. Not with granularity.",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.embedding import base64_float32, prefix_vectors, resolve_dims
 from service.errors import ModelNotFound, error_responses
-from service.limits import OpenAIInput, PrefixDims, ServedModel
+from service.limits import JsonInt, OpenAIInput, PrefixDims, ServedModel
 from service.metrics import label_request
 from service.routes.embed import Usage
 from service.runtime import RuntimeDep
@@ -38,7 +38,7 @@ class EmbeddingsRequest(BaseModel):
     model: Annotated[str, ServedModel()] = Field(
         description="The served bundle's name (GET /info → model); another is a 404."
     )
-    dimensions: Annotated[int, PrefixDims()] | None = Field(
+    dimensions: Annotated[JsonInt, PrefixDims()] | None = Field(
         None, description="One of the bundle's prefix_dims."
     )
     encoding_format: Literal["float", "base64"] = "float"

@@ -9,7 +9,15 @@ from fastapi import APIRouter, Query, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from service.errors import error_responses
-from service.limits import BuiltIndex, EnabledScoring, IndexedPrefix, Text, TextList, TopK
+from service.limits import (
+    BuiltIndex,
+    EnabledScoring,
+    IndexedPrefix,
+    JsonInt,
+    Text,
+    TextList,
+    TopK,
+)
 from service.metrics import label_request
 from service.routes import JSON_BODY, FromAttributes
 from service.runtime import Runtime, RuntimeDep
@@ -23,7 +31,7 @@ MS = 1000.0
 class SearchOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    k: Annotated[int, TopK()] | None = Field(
+    k: Annotated[JsonInt, TopK()] | None = Field(
         None, description="Hits per query, 1..FRACTAL_MAX_K (default FRACTAL_DEFAULT_K)."
     )
     granularity: Literal["coarse", "fine", "auto"] = Field(
@@ -39,7 +47,7 @@ class SearchOptions(BaseModel):
         description="c2f: shortlist k × FRACTAL_C2F_FACTOR at the shortlist prefix, re-rank "
         "exactly at the full dimension; with granularity fine or auto, and scoring cosine.",
     )
-    shortlist_dim: Annotated[int, IndexedPrefix()] | None = Field(
+    shortlist_dim: Annotated[JsonInt, IndexedPrefix()] | None = Field(
         None,
         description="c2f: the prefix to shortlist at, a trained prefix with an index of the "
         "requested kind (default: the bundle's measured shortlist prefix, /info "
