@@ -61,6 +61,7 @@ class Run:
         return (
             f"{self.requests} requests ({dict(sorted(self.statuses.items()))}), "
             f"{cases['generated']} cases, {len(self.report['failures'])} failures, "
+            f"{self.report['filtered']} rejections by rules between fields, "
             f"{self.report['running_time']:.0f} s, seed {self.report['seed']}"
         )
 
