@@ -1,12 +1,12 @@
 """The asynchronous micro-batching queue in front of the encoder.
 
-Requests put their texts (or token ids, :data:`service.encoder.EncoderInput`) in one queue and
-await a future. A single worker task takes up to
-``max_batch`` texts at a time, across requests, once the batch is full or its oldest text has
-waited ``max_wait`` seconds, and runs the encoder in a dedicated thread, so the event loop never
-blocks on inference. While a batch runs, the next one fills. The queue holds at most
-``max_depth`` texts; a request that does not fit is refused at once with :class:`Overloaded`
-(HTTP 429) and a ``Retry-After`` estimated from recent batch times.
+Requests put their texts (or token ids: :data:`service.encoder.EncoderInput`) in one queue and
+await a future. A single worker task takes up to ``max_batch`` texts at a time, across requests,
+once the batch is full or its oldest text has waited ``max_wait`` seconds, and runs the encoder
+in a dedicated thread, so the event loop never blocks on inference. While a batch runs, the
+next one fills. The queue holds at most ``max_depth`` texts; a request that does not fit is
+refused at once with :class:`Overloaded` (HTTP 429) and a ``Retry-After`` estimated from recent
+batch times.
 """
 
 from __future__ import annotations

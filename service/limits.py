@@ -46,6 +46,8 @@ NON_BLANK = re.compile(r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u2
 """A text must match this somewhere: a character that is not whitespace as ``str.strip`` has
 it. Spelled out, because ``\\s`` means less in JSON Schema's regular expressions (ECMA-262)
 than in Python's: ``\\S`` would let through texts that ``strip`` empties."""
+DOT_SEGMENT = re.compile(r"(^|/)\.\.?(/|$)")
+"""``.`` or ``..`` between slashes or the ends of a document id."""
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -212,6 +214,26 @@ class TextRule(Rule):
 
     def document(self, schema: JsonSchemaValue, limits: Limits) -> None:
         _document_text(schema, self._limit(limits))
+
+
+class DocumentIdRule(TextRule):
+    """A document id: a text of at most :data:`MAX_ID_CHARS` characters without ``.`` or
+    ``..`` as a path segment, which URL clients remove from ``/documents/{id}`` (RFC 3986)."""
+
+    def __init__(self) -> None:
+        super().__init__(MAX_ID_CHARS)
+
+    def check(self, value: str, limits: Limits) -> None:
+        super().check(value, limits)
+        if DOT_SEGMENT.search(value):
+            raise Broken(
+                "has '.' or '..' as a path segment; URL clients drop those from "
+                "/documents/{id}, so the document could not be read or deleted"
+            )
+
+    def document(self, schema: JsonSchemaValue, limits: Limits) -> None:
+        super().document(schema, limits)
+        schema["not"] = {"pattern": DOT_SEGMENT.pattern}
 
 
 class PerRequest(Rule):
@@ -475,5 +497,5 @@ JsonInt = Annotated[int, BeforeValidator(_integral)]
 """An integer as JSON Schema has it: ``35`` or ``35.0``, in a strict model too (not ``"35"``)."""
 Text = Annotated[str, TextRule()]
 TextList = Annotated[list[Text], PerRequest()]
-DocumentId = Annotated[str, TextRule(MAX_ID_CHARS)]
+DocumentId = Annotated[str, DocumentIdRule()]
 OpenAIInput = Annotated[str | list[str] | list[int] | list[list[int]], OpenAIInputRule()]

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.limits import NON_BLANK
+from service.limits import DOT_SEGMENT, NON_BLANK
 from service.openapi import schema_text
 from tests.service.helpers import make_settings, serve
 from tests.tiny_bundle import MAX_TOKENS, NAME, PREFIX_DIMS, tiny_tokenizer
@@ -87,7 +87,9 @@ def test_the_committed_contract_states_the_default_limits_and_no_security() -> N
     }  # fmt: skip
     document = _body_schema(schema, "DocumentIn")
     assert _states(document["text"], text)
-    assert _without_null(document["id"])["maxLength"] == 256
+    document_id = _without_null(document["id"])
+    assert document_id["maxLength"] == 256
+    assert document_id["not"] == {"pattern": DOT_SEGMENT.pattern}
     assert "securitySchemes" not in schema["components"] and "security" not in schema
     for operations in schema["paths"].values():
         for operation in operations.values():
