@@ -1,12 +1,12 @@
 """What a request may hold, declared once on the request models' fields: the validation and the
 published OpenAPI schema are one mechanism.
 
-A field annotated with a rule of this module (``texts: TextList``, ``k: TopK | None``) is checked
-against, and documented with, the :class:`Limits` of the app that serves it: the settings' limits
-(texts per request, characters per text, k) and, once the bundle and index are loaded, what they
-serve (:class:`Served`: prefix dims, index kinds, the model's name and hash, its vocabulary).
-:class:`LimitsMiddleware` binds an app's limits for each request it answers, and
-:func:`limits_bound` while its schema is built. An app without settings (the committed
+A field annotated with a rule of this module (``texts: TextList``, ``Annotated[int, TopK()]``)
+is checked against, and documented with, the :class:`Limits` of the app that serves it: the
+settings' limits (texts per request, characters per text, k) and, once the bundle and index are
+loaded, what they serve (:class:`Served`: prefix dims, index kinds, the model's name and hash,
+its vocabulary). :class:`LimitsMiddleware` binds an app's limits for each request it answers,
+and :func:`limits_bound` while its schema is built. An app without settings (the committed
 ``openapi/openapi.json``) has the default settings' limits and no bundle: the bundle's own values
 are then described in words, not enumerated.
 
