@@ -5,6 +5,11 @@
 loads it first, so that a bad bundle ends the process before the server starts). Without
 settings, the app reads them from the environment when it starts; it can be built without any
 (for the OpenAPI schema).
+
+The OpenAPI schema the app serves states its contract as configured: the request limits of its
+settings and of the loaded bundle (:mod:`service.limits`), and the API key scheme only when keys
+are set (:func:`service.security.document_security`). Without settings it is the contract of
+the default settings, which ``openapi/openapi.json`` publishes.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 
-from service.errors import install_error_handlers
+from service.errors import document_unreadable_bodies, install_error_handlers
+from service.limits import Limits, LimitsMiddleware, limits_bound
 from service.metrics import Metrics
 from service.routes import collections, documents, embed, openai_compat, search, system
 from service.runtime import Runtime
@@ -43,6 +50,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         loaded = runtime or load_runtime(settings or Settings(), metrics)
         loaded.start()
         app.state.settings = loaded.settings
+        app.state.limits = loaded.limits
         app.state.runtime = loaded
         try:
             yield
@@ -53,6 +61,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app = FastAPI(title=TITLE, version=VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.runtime = None
     app.state.settings = settings or (runtime.settings if runtime is not None else None)
+    app.state.limits = runtime.limits if runtime is not None else Limits.of(settings)
     app.state.metrics = metrics
     install_error_handlers(app)
     for module in (embed, openai_compat, documents, collections, search, system):
@@ -80,6 +89,25 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 status=str(status),
             ).observe(time.perf_counter() - started)
 
+    app.add_middleware(LimitsMiddleware)
     app.add_middleware(SecurityMiddleware)
-    app.openapi = document_security(app)  # type: ignore[method-assign]
+    app.openapi = _contract(app)  # type: ignore[method-assign]
     return app
+
+
+def _contract(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """``app.openapi`` for the app's limits and settings as they are now (the bundle loads when
+    the app starts); built again when they change."""
+    build = app.openapi
+    built: list[Any] = [None, None, None]  # limits, settings, schema
+
+    def openapi() -> dict[str, Any]:
+        limits, settings = app.state.limits, app.state.settings
+        if built[0] is not limits or built[1] is not settings:
+            app.openapi_schema = None
+            with limits_bound(limits):
+                schema = document_security(document_unreadable_bodies(build()), settings)
+                built[:] = [limits, settings, schema]
+        return built[2]
+
+    return openapi

@@ -1,11 +1,12 @@
 """The asynchronous micro-batching queue in front of the encoder.
 
-Requests put their texts in one queue and await a future. A single worker task takes up to
-``max_batch`` texts at a time, across requests, once the batch is full or its oldest text has
-waited ``max_wait`` seconds, and runs the encoder in a dedicated thread, so the event loop never
-blocks on inference. While a batch runs, the next one fills. The queue holds at most
-``max_depth`` texts; a request that does not fit is refused at once with :class:`Overloaded`
-(HTTP 429) and a ``Retry-After`` estimated from recent batch times.
+Requests put their texts (or token ids: :data:`service.encoder.EncoderInput`) in one queue and
+await a future. A single worker task takes up to ``max_batch`` texts at a time, across requests,
+once the batch is full or its oldest text has waited ``max_wait`` seconds, and runs the encoder
+in a dedicated thread, so the event loop never blocks on inference. While a batch runs, the
+next one fills. The queue holds at most ``max_depth`` texts; a request that does not fit is
+refused at once with :class:`Overloaded` (HTTP 429) and a ``Retry-After`` estimated from recent
+batch times.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.encoder import Encoded
+from service.encoder import Encoded, EncoderInput
 from service.errors import NotReady, Overloaded
 from service.metrics import Metrics
 
@@ -42,7 +43,7 @@ class _Ticket:
 class _Item:
     ticket: _Ticket
     position: int
-    text: str
+    content: EncoderInput
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -51,7 +52,7 @@ class MicroBatcher:
 
     def __init__(
         self,
-        encode: Callable[[list[str]], Encoded],
+        encode: Callable[[list[EncoderInput]], Encoded],
         metrics: Metrics,
         max_batch: int,
         max_wait_s: float,
@@ -104,8 +105,8 @@ class MicroBatcher:
         batches = math.ceil(len(self._items) / self.max_batch) + 1
         return max(1, math.ceil(batches * (self._batch_seconds + self.max_wait_s)))
 
-    async def embed(self, texts: Sequence[str]) -> Encoded:
-        """Full embeddings and token counts of ``texts``, in order."""
+    async def embed(self, texts: Sequence[EncoderInput]) -> Encoded:
+        """Full embeddings and token counts of ``texts`` (or token ids), in order."""
         if not self.running:
             raise NotReady("the encoder is not running")
         if len(self._items) + len(texts) > self.max_depth:
@@ -154,7 +155,7 @@ class MicroBatcher:
             self._metrics.encode_batch_size.observe(len(batch))
             try:
                 encoded = await loop.run_in_executor(
-                    self._executor, self._encode, [item.text for item in batch]
+                    self._executor, self._encode, [item.content for item in batch]
                 )
             except Exception as exc:  # the encoder failed: fail these requests, keep serving
                 for item in batch:

@@ -205,6 +205,13 @@ class CollectionSet:
         check_name(name)
         kinds = tuple(index_kinds) if index_kinds is not None else self._settings.index_kinds
         check_index_kinds(kinds)
+        built = set(self._settings.index_kinds) | set(self._settings.fine_index_kinds or ())
+        if not set(kinds) <= built:
+            raise InvalidRequest(
+                f"index_kinds {list(kinds)}: a collection builds some of the kinds the service "
+                f"builds ({', '.join(sorted(built))}; FRACTAL_INDEX_KINDS)",
+                "index_kinds",
+            )
         with self._lock:
             if name == DEFAULT_NAME or name in self._named:
                 raise Conflict(f"collection {name!r} already exists", "name")

@@ -1,8 +1,9 @@
 """Prefix embeddings: which dimensions a request may ask for, and the vectors it gets.
 
-A bundle serves the prefixes it was trained for (``manifest.prefix_dims``). Each prefix is cut
-from the full vector and L2-normalised on its own (:func:`index.vectors.prefix_unit`), or, with
-``normalize=False``, returned as the raw slice.
+A bundle serves the prefixes it was trained for (``manifest.prefix_dims``, which the request
+models check with :class:`service.limits.PrefixDims`). Each prefix is cut from the full vector
+and L2-normalised on its own (:func:`index.vectors.prefix_unit`), or, with ``normalize=False``,
+returned as the raw slice.
 """
 
 from __future__ import annotations
@@ -23,28 +24,16 @@ def resolve_dims(
     granularity: str | None,
     param: str = "dims",
 ) -> list[int]:
-    """The prefix dimensions to return: ``dims`` as given (each a trained prefix), the one
-    ``granularity`` names, or the full dimension when neither is given."""
+    """The prefix dimensions to return: ``dims`` as given, the one ``granularity`` names, or
+    the full dimension when neither is given. That each of ``dims`` is a trained prefix, once,
+    is the request model's rule (:class:`service.limits.PrefixDims`)."""
     if dims is not None and granularity is not None:
         raise InvalidRequest("give dims or granularity, not both", param)
     if granularity is not None:
         return [manifest.granularity[granularity]]
     if dims is None:
         return [manifest.dim]
-    requested = [dims] if isinstance(dims, int) else list(dims)
-    if not requested:
-        raise InvalidRequest("dims must name at least one dimension", param)
-    unknown = [dim for dim in requested if dim not in manifest.prefix_dims]
-    if unknown:
-        allowed = ", ".join(map(str, manifest.prefix_dims))
-        raise InvalidRequest(
-            f"dimension(s) {', '.join(map(str, unknown))} are not served by this model; "
-            f"allowed: {allowed}",
-            param,
-        )
-    if len(set(requested)) != len(requested):
-        raise InvalidRequest("dims must not repeat a dimension", param)
-    return requested
+    return [dims] if isinstance(dims, int) else list(dims)
 
 
 def prefix_vectors(vectors: np.ndarray, dim: int, normalize: bool = True) -> np.ndarray:

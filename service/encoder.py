@@ -1,8 +1,10 @@
 """The bundle's encoder on ONNX Runtime: ``tokenizer.json`` + ``encoder.onnx`` → embeddings.
 
-The tokenizer file already truncates at the backbone's max tokens and pads to the longest text of
-a batch. The graph returns the full, unnormalised embedding; slicing and normalising prefixes is
-the caller's business (:mod:`service.embedding`).
+An input is a text, which the tokenizer file turns into token ids (truncated at the backbone's max
+tokens, special tokens added), or token ids already made that way (the OpenAI API's token-array
+input), which are the sequence as given. A batch is padded on the right to its longest sequence,
+with an attention mask over the real tokens. The graph returns the full, unnormalised embedding;
+slicing and normalising prefixes is the caller's business (:mod:`service.embedding`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
+from service.limits import TokenIds
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+EncoderInput = str | TokenIds
+"""A text, or the token ids the bundle's tokenizer makes of one."""
 
 
 def execution_providers() -> list[str]:
@@ -52,13 +57,18 @@ class Encoded:
 
 
 class OnnxEncoder:
-    """Texts → full embeddings, one batch per call. Thread-safe, but meant for one thread."""
+    """Texts (or token ids) → full embeddings, one batch per call. Thread-safe, but meant for
+    one thread."""
 
     def __init__(
         self, bundle_dir: Path, manifest: Manifest, threads: int, spin: bool = False
     ) -> None:
         self.dim = manifest.dim
+        self.max_tokens = manifest.backbone.max_tokens
         self.tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
+        self.vocabulary_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        padding = self.tokenizer.padding
+        self.pad_id = padding["pad_id"] if padding else 0
         self.session = onnx_session(bundle_dir / ENCODER_FILE, threads, spin)
         self.threads = threads
         self.spin = spin
@@ -67,17 +77,37 @@ class OnnxEncoder:
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
 
-    def encode(self, texts: Sequence[str]) -> Encoded:
-        encodings = self.tokenizer.encode_batch(list(texts))
-        input_ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        attention_mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    def token_ids(self, inputs: Sequence[EncoderInput]) -> list[Sequence[int]]:
+        """Each input as the token ids the graph reads: a text tokenised (without the
+        tokenizer's padding), token ids as given."""
+        texts = [item for item in inputs if isinstance(item, str)]
+        encodings = iter(self.tokenizer.encode_batch(texts) if texts else ())
+        sequences: list[Sequence[int]] = []
+        for item in inputs:
+            if isinstance(item, str):
+                encoding = next(encodings)
+                pairs = zip(encoding.ids, encoding.attention_mask, strict=True)
+                sequences.append([token for token, real in pairs if real])
+            else:
+                sequences.append(item)
+        return sequences
+
+    def encode(self, inputs: Sequence[EncoderInput]) -> Encoded:
+        """Full embeddings of texts or token ids, and the tokens each was read as."""
+        sequences = self.token_ids(inputs)
+        lengths = np.array([len(ids) for ids in sequences], dtype=np.int64)
+        input_ids = np.full((len(sequences), int(lengths.max())), self.pad_id, dtype=np.int64)
+        attention_mask = np.zeros_like(input_ids)
+        for row, ids in enumerate(sequences):
+            input_ids[row, : len(ids)] = ids
+            attention_mask[row, : len(ids)] = 1
         (vectors,) = self.session.run(
             [EMBEDDING], {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         )
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape != (len(texts), self.dim):
+        if vectors.shape != (len(inputs), self.dim):
             raise RuntimeError(
                 f"{ENCODER_FILE} returned shape {vectors.shape}, "
-                f"expected ({len(texts)}, {self.dim})"
+                f"expected ({len(inputs)}, {self.dim})"
             )
-        return Encoded(vectors, attention_mask.sum(axis=1))
+        return Encoded(vectors, lengths)

@@ -8,6 +8,7 @@ Starlette's 404/405, and anything unexpected (500, with no detail leaked).
 from __future__ import annotations
 
 import logging
+import re
 from typing import ClassVar
 
 from fastapi import FastAPI, Request
@@ -15,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+
+from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
 
@@ -98,7 +101,11 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+ERROR_SCHEMA_REF = "#/components/schemas/ErrorResponse"
+
+
 _ERROR_DESCRIPTIONS = {
+    400: "the body cannot be read as JSON text (it is not UTF-8)",
     404: "not found: the message names the document, collection or model",
     409: "conflict: the message names what already exists",
     422: "invalid input: the message says which field and what the limit is",
@@ -113,6 +120,18 @@ def error_responses(*statuses: int) -> dict[int | str, dict]:
         status: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
+
+
+def document_unreadable_bodies(schema: dict) -> dict:
+    """``schema`` with the 400 of every operation that takes a body: FastAPI's answer to a body
+    it cannot decode, before any validation (a body that is not valid JSON is a 422)."""
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            if "requestBody" in operation:
+                description = _ERROR_DESCRIPTIONS[400]
+                content = {"application/json": {"schema": {"$ref": ERROR_SCHEMA_REF}}}
+                operation["responses"]["400"] = {"description": description, "content": content}
+    return schema
 
 
 def error_response(
@@ -138,6 +157,14 @@ def _location(loc: tuple) -> str:
     return ".".join(str(part) for part in parts) or "body"
 
 
+def _field(problem: dict) -> str:
+    """The field a problem is about; a broken rule may name a part of it (``input.3``)."""
+    location = _location(problem["loc"])
+    if problem.get("type") == RULE_ERROR:
+        return location + problem.get("ctx", {}).get("at", "")
+    return location
+
+
 def _describe_validation(error: RequestValidationError) -> tuple[str, str | None]:
     problems = error.errors()
     messages = []
@@ -145,16 +172,42 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
         if problem.get("type") == "json_invalid":
             reason = problem.get("ctx", {}).get("error", "")
             messages.append(f"the body is not valid JSON ({reason})")
+        elif problem.get("type") == RULE_ERROR:  # "texts.1 has 9000 characters; the limit …"
+            messages.append(f"{_field(problem)} {problem['msg']}")
         else:
-            messages.append(f"{_location(problem['loc'])}: {problem['msg']}")
+            messages.append(f"{_field(problem)}: {problem['msg']}")
     if len(problems) > MAX_LISTED_PROBLEMS:
         messages.append(f"and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
     first = problems[0] if problems else None
-    param = _location(first["loc"]) if first and first.get("type") != "json_invalid" else None
+    param = _field(first) if first and first.get("type") != "json_invalid" else None
     return "; ".join(messages) or "invalid request", param
 
 
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+
+
+def _path_pattern(template: str) -> re.Pattern[str]:
+    """An OpenAPI path template as a regular expression; a parameter may hold ``/`` (document
+    ids do: ``/documents/{doc_id:path}``)."""
+    literals = re.split(r"\{[^}]*\}", template)
+    return re.compile(".+".join(map(re.escape, literals)))
+
+
+def allowed_methods(request: Request) -> str | None:
+    """The ``Allow`` header of a 405: the methods the app's OpenAPI schema declares for the
+    request's path, a path without parameters matched before templated ones, as OpenAPI
+    matches them (``/documents/vectors``: POST; ``/documents/a-id``: DELETE, GET). None for a
+    path the schema does not have. (Starlette names the methods of the first route whose path
+    matched, which missed DELETE on ``/documents/{doc_id}``.)"""
+    paths: dict[str, dict] = request.app.openapi()["paths"]
+    path = request.scope["path"]
+    if path in paths:
+        methods = set(paths[path])
+    else:
+        templated = [template for template in paths if "{" in template]
+        matched = [template for template in templated if _path_pattern(template).fullmatch(path)]
+        methods = {method for template in matched for method in paths[template]}
+    return ", ".join(sorted(method.upper() for method in methods)) or None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -174,7 +227,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
         kind = _HTTP_KINDS.get(exc.status_code, "http_error")
-        return error_response(request, exc.status_code, kind, str(exc.detail), headers=exc.headers)
+        headers = exc.headers
+        allowed = allowed_methods(request) if exc.status_code == 405 else None
+        if allowed is not None:
+            headers = {**(headers or {}), "Allow": allowed}
+        return error_response(request, exc.status_code, kind, str(exc.detail), headers=headers)
 
     async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)

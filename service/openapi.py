@@ -1,4 +1,8 @@
-"""Print the service's OpenAPI schema: ``python -m service.openapi > openapi/openapi.json``."""
+"""Print the service's OpenAPI schema: ``python -m service.openapi > openapi/openapi.json``.
+
+The committed contract is the app's without settings: the default settings' limits, no API keys
+(so no security scheme), and no bundle (its dims, kinds and names described, not enumerated).
+A running service serves its own at ``/openapi.json`` (:mod:`service.app`)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from service.collections import CollectionSet, HostedCollection
 from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
-from service.limits import check_document_id, check_document_ids, check_texts
+from service.limits import Limits, Served, TokenIds
 from service.metrics import Metrics
 from service.search import Searcher, SearchOutcome, SearchPlan
 from service.settings import Settings
@@ -188,12 +188,9 @@ class Runtime:
 
     # -- operations ------------------------------------------------------------------------
 
-    async def embed(
-        self, texts: Sequence[str], param: str, item_params: Sequence[str] | None = None
-    ) -> Encoded:
-        """Full embeddings of ``texts``, from the cache or through the queue, after the input
-        checks (see :func:`service.limits.check_texts` for ``param`` and ``item_params``)."""
-        check_texts(texts, self.settings.max_texts, self.settings.max_chars, param, item_params)
+    async def embed(self, texts: Sequence[str]) -> Encoded:
+        """Full embeddings of ``texts`` (checked by the request models' rules), from the
+        cache or through the queue."""
         if self.cache is None:
             return await self.batcher.embed(texts)
         cached = await self.cache.get_many(texts)
@@ -212,6 +209,12 @@ class Runtime:
             np.array([tokens for _, tokens in entries], dtype=np.int64),
         )
 
+    async def embed_token_ids(self, token_ids: Sequence[TokenIds]) -> Encoded:
+        """Full embeddings of texts given as token ids (checked against the vocabulary and
+        the max tokens by :class:`service.limits.OpenAIInputRule`), through the queue; the
+        cache, keyed by text, is not used."""
+        return await self.batcher.embed(token_ids)
+
     async def add_documents(
         self,
         texts: Sequence[str],
@@ -221,16 +224,16 @@ class Runtime:
         collection: str | None = None,
     ) -> list[str]:
         """Embed and store documents (ids generated where missing) in ``collection`` (None:
-        the default one); committed on return."""
+        the default one); committed on return. The texts and ids are checked by the request
+        models' rules."""
         with self.collections.get(collection).use() as hosted:
-            doc_ids = self._checked_documents(texts, ids, param)
+            doc_ids = self._checked_documents(ids, param)
             encoded = await self.batcher.embed(texts)
             await self._store(hosted, doc_ids, texts, encoded.vectors, metadata)
         return doc_ids
 
     async def add_vectors(
         self,
-        bundle_hash: str,
         texts: Sequence[str],
         ids: Sequence[str | None],
         metadata: Sequence[dict[str, Any]],
@@ -238,41 +241,23 @@ class Runtime:
         param: str = "documents",
         collection: str | None = None,
     ) -> list[str]:
-        """Store documents with precomputed full vectors of the served bundle, without
-        encoding; the same checks as :meth:`add_documents`, all or nothing, committed on
-        return."""
-        if bundle_hash != self.manifest.content_hash:
-            raise InvalidRequest(
-                f"bundle_hash {bundle_hash[:12]!r}… is not the served bundle's "
-                f"({self.manifest.content_hash[:12]}…, {self.manifest.name!r}): vectors of "
-                "another bundle cannot be searched with this one",
-                "bundle_hash",
-            )
-        doc_ids = self._checked_documents(texts, ids, param)
-        for position, vector in enumerate(vectors):
-            where = f"{param}.{position}.vector"
-            if len(vector) != self.manifest.dim:
-                raise InvalidRequest(
-                    f"{where} has {len(vector)} values; the served bundle's vectors have "
-                    f"{self.manifest.dim}",
-                    where,
-                )
-            if not np.isfinite(vector).all():
-                raise InvalidRequest(f"{where} holds NaN or infinity", where)
+        """Store documents with precomputed full vectors of the served bundle (their hash, size
+        and values checked by the request models' rules), without encoding, in ``collection``;
+        all or nothing, committed on return."""
+        doc_ids = self._checked_documents(ids, param)
         with self.collections.get(collection).use() as hosted:
-            await self._store(hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
+            await self._store(
+                hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata
+            )
         return doc_ids
 
-    def _checked_documents(
-        self, texts: Sequence[str], ids: Sequence[str | None], param: str
-    ) -> list[str]:
-        """Check the texts and ids of documents to add; their ids, generated where missing."""
-        item_params = [f"{param}.{position}.text" for position in range(len(texts))]
-        check_texts(texts, self.settings.max_texts, self.settings.max_chars, param, item_params)
+    @staticmethod
+    def _checked_documents(ids: Sequence[str | None], param: str) -> list[str]:
+        """The ids of documents to add, generated where missing; none may repeat another of
+        the request (a rule between items, which JSON Schema cannot state)."""
         doc_ids = [uuid.uuid4().hex if doc_id is None else doc_id for doc_id in ids]
         seen: set[str] = set()
         for position, doc_id in enumerate(doc_ids):
-            check_document_id(doc_id, f"{param}.{position}.id")
             if doc_id in seen:
                 raise InvalidRequest(
                     f"{param}.{position}.id {doc_id!r} repeats an earlier id of this request",
@@ -330,28 +315,23 @@ class Runtime:
         self.refresh_gauges()
 
     async def find_documents(
-        self, doc_ids: Sequence[str], param: str = "ids", collection: str | None = None
+        self, doc_ids: Sequence[str], collection: str | None = None
     ) -> list[str]:
-        """Which of ``doc_ids`` are stored in ``collection``, in the order given, each once."""
-        check_document_ids(doc_ids, param)
+        """Which of ``doc_ids`` (checked by the request model's rules) are stored in
+        ``collection``, in the order given, each once."""
         with self.collections.get(collection).use() as hosted:
             present = await asyncio.to_thread(hosted.collection.present, doc_ids)
         return [doc_id for doc_id in dict.fromkeys(doc_ids) if doc_id in present]
 
     async def search(
-        self,
-        queries: Sequence[str],
-        plan: SearchPlan,
-        param: str,
-        item_params: Sequence[str] | None = None,
-        collection: str | None = None,
+        self, queries: Sequence[str], plan: SearchPlan, collection: str | None = None
     ) -> tuple[SearchOutcome, float]:
         """Search every query in ``collection`` (None: the default one); also the seconds spent
         encoding them (queue wait included)."""
         loop = asyncio.get_running_loop()
         with self.collections.get(collection).use() as hosted:
             started = loop.time()
-            encoded = await self.embed(queries, param, item_params)
+            encoded = await self.embed(queries)
             encode_seconds = loop.time() - started
             outcome = await loop.run_in_executor(
                 self._search_executor, hosted.searcher.run, encoded.vectors, plan
@@ -359,6 +339,24 @@ class Runtime:
         return outcome, encode_seconds
 
     # -- introspection ---------------------------------------------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        """What requests may hold: the settings' limits and what this runtime serves."""
+        manifest = self.manifest
+        scorings = ("cosine", "sfs") if self.collection.fragment_dim is not None else ("cosine",)
+        served = Served(
+            model=manifest.name,
+            bundle_hash=manifest.content_hash,
+            dim=manifest.dim,
+            prefix_dims=tuple(manifest.prefix_dims),
+            index_kinds=self.searcher.index_kinds,
+            indexed_dims=tuple(self.searcher.dimensions),
+            scorings=scorings,
+            vocabulary_size=self.encoder.vocabulary_size,
+            max_tokens=self.encoder.max_tokens,
+        )
+        return Limits.of(self.settings, served)
 
     def refresh_gauges(self) -> CollectionStats:
         """Update every collection's document and index gauges; return the default one's

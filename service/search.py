@@ -103,7 +103,6 @@ class Searcher:
         self.manifest = manifest
         self.router = router
         self.default_k = settings.default_k
-        self.max_k = settings.max_k
         self.c2f_factor = settings.c2f_factor
         self.shortlist_dim = manifest.shortlist_dim
         self.layout = collection.layout
@@ -126,27 +125,22 @@ class Searcher:
         scoring: str,
         shortlist_dim: int | None = None,
     ) -> SearchPlan:
-        """Check a request's options against the limits and what was built."""
+        """Check the rules between a request's options, and the index kinds they need. Each
+        option on its own (k's range, a built index kind, an enabled scoring, a trained and
+        indexed shortlist prefix) is checked by the request model's rules
+        (:mod:`service.limits`)."""
         k = self.default_k if k is None else k
-        if not 1 <= k <= self.max_k:
-            raise InvalidRequest(f"k must be between 1 and {self.max_k}, got {k}", "k")
         index = index or self.index_kinds[0]
-        if index not in self.index_kinds:
+        if index not in self.index_kinds:  # a named collection may build fewer kinds
             raise InvalidRequest(
-                f"index {index!r} is not built; built: {', '.join(self.index_kinds)} "
-                "(set FRACTAL_INDEX_KINDS)",
+                f"index {index!r} is not built in this collection; built: "
+                f"{', '.join(self.index_kinds)}",
                 "index",
             )
         if scoring == "sfs" and granularity != COARSE and not self._at_fine(index):
             raise InvalidRequest(
                 f"scoring 'sfs' needs a {index!r} index at the fine prefix, and none is built "
                 "(set FRACTAL_FINE_INDEX_KINDS)",
-                "scoring",
-            )
-        if scoring == "sfs" and self.collection.fragment_dim is None:
-            raise InvalidRequest(
-                "scoring 'sfs' is not enabled: the bundle has no fragment_dim and FRACTAL_SFS is "
-                "off",
                 "scoring",
             )
         if rerank == "c2f" and scoring != "cosine":
@@ -170,14 +164,7 @@ class Searcher:
         return SearchPlan(k, granularity, index, rerank, scoring, shortlist_dim)
 
     def _check_shortlist(self, shortlist_dim: int, index: str) -> None:
-        """C2F shortlists at a trained prefix, from an index of the requested kind there."""
-        trained = self.manifest.prefix_dims
-        if shortlist_dim not in trained:
-            raise InvalidRequest(
-                f"shortlist_dim {shortlist_dim} is not a trained prefix; allowed: "
-                f"{', '.join(map(str, trained))}",
-                "shortlist_dim",
-            )
+        """C2F shortlists from an index of the requested kind at the shortlist prefix."""
         if index not in self.layout.get(shortlist_dim, ()):
             indexed = [dim for dim, kinds in self.layout.items() if index in kinds]
             raise InvalidRequest(

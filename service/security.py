@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -57,9 +56,7 @@ class _Guard:
         self.app = app
         self.max_body_bytes = settings.max_body_bytes
         self.key_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
-        self.public_paths = (HEALTH_PATHS if settings.public_health else frozenset()) | (
-            METRICS_PATHS if settings.public_metrics else frozenset()
-        )
+        self.public_paths = public_paths(settings)
 
     def authorized(self, scope: Scope) -> bool:
         if not self.key_digests or scope["path"] in self.public_paths:
@@ -152,31 +149,38 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def document_security(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """``app.openapi`` with the bearer scheme, and the 401 (and, with a body, 413) answers of
-    every operation added."""
-    build = app.openapi
+def public_paths(settings: Settings) -> frozenset[str]:
+    """The paths that answer without a key when keys are set."""
+    return (HEALTH_PATHS if settings.public_health else frozenset()) | (
+        METRICS_PATHS if settings.public_metrics else frozenset()
+    )
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = build()
+
+def document_security(schema: dict[str, Any], settings: Settings | None) -> dict[str, Any]:
+    """``schema`` with what the checks above mean for its operations, as configured: a 413
+    answer on every operation with a body; and, only when API keys are set, the bearer scheme,
+    required by every operation but the public ones (``security: []``), whose 401 answer is
+    documented."""
+    keys = settings is not None and bool(settings.api_keys)
+    public = public_paths(settings) if settings is not None else frozenset()
+    if keys:
         schema["components"]["securitySchemes"] = {
             SCHEME: {
                 "type": "http",
                 "scheme": "bearer",
-                "description": "One of FRACTAL_API_KEYS, when any are set. /health and /ready "
+                "description": "One of FRACTAL_API_KEYS. /health and /ready "
                 "(FRACTAL_PUBLIC_HEALTH) and /metrics (FRACTAL_PUBLIC_METRICS) are open by "
                 "default.",
             }
         }
         schema["security"] = [{SCHEME: []}]
-        for operations in schema["paths"].values():
-            for operation in operations.values():
-                responses = operation["responses"]
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            responses = operation["responses"]
+            if keys and path in public:
+                operation["security"] = []
+            elif keys:
                 responses["401"] = _error("missing or invalid API key (FRACTAL_API_KEYS)")
-                if "requestBody" in operation:
-                    responses["413"] = _error("the body is over FRACTAL_MAX_BODY_BYTES")
-        return schema
-
-    return openapi
+            if "requestBody" in operation:
+                responses["413"] = _error("the body is over FRACTAL_MAX_BODY_BYTES")
+    return schema

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from service.collections import DEFAULT_NAME, NAME_RULE, HostedCollection
 from service.errors import InvalidRequest, error_responses
+from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["collections"])
@@ -23,7 +24,7 @@ NAME_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 class CreateCollectionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
     name: str = Field(pattern=NAME_REGEX, description=f"The collection's name: {NAME_RULE}.")
     index_kinds: list[IndexKind] | None = Field(
@@ -36,7 +37,7 @@ class CreateCollectionRequest(BaseModel):
 
 
 class DeleteCollectionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
     name: str = Field(description="The collection's name again, as a confirmation.")
 

@@ -8,23 +8,31 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from service.errors import error_responses
-from service.limits import MAX_LOOKUP_IDS
+from service.limits import (
+    MAX_LOOKUP_IDS,
+    DocumentId,
+    FullVector,
+    PerRequest,
+    ServedBundleHash,
+    Text,
+)
 from service.metrics import label_request
+from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
 
 
 class DocumentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    id: str | None = Field(
+    id: DocumentId | None = Field(
         None,
-        description="Unique id (at most 256 characters); generated when missing. "
-        "An existing id is replaced.",
+        description="Unique id (at most 256 characters, not blank, not repeated within a "
+        "request); generated when missing. An existing id is replaced.",
     )
-    text: str = Field(description="The text to embed and store (at most FRACTAL_MAX_CHARS).")
+    text: Text = Field(description="The text to embed and store (at most FRACTAL_MAX_CHARS).")
     metadata: dict[str, Any] = Field(
         default_factory=dict, description="Any JSON object, returned with the document."
     )
@@ -40,30 +48,52 @@ class DocumentIn(BaseModel):
 
 
 class AddDocumentsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    documents: list[DocumentIn] = Field(
+    documents: Annotated[list[DocumentIn], PerRequest()] = Field(
         min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
     )
 
 
 class VectorDocumentIn(DocumentIn):
-    vector: list[float] = Field(
+    vector: Annotated[list[float], FullVector()] = Field(
         description="The full, unnormalised embedding of the text by the served bundle "
         "(its dim values, all finite), e.g. from `fractal embed`."
     )
 
 
 class AddVectorsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    bundle_hash: str = Field(
+    bundle_hash: Annotated[str, ServedBundleHash()] = Field(
         description="The content hash of the bundle that made the vectors (`/info`'s "
         "bundle_hash); must be the served bundle's."
     )
-    documents: list[VectorDocumentIn] = Field(
+    documents: Annotated[list[VectorDocumentIn], PerRequest()] = Field(
         min_length=1, description="At most FRACTAL_MAX_TEXTS documents."
     )
+
+
+def _stored(prefix: str) -> dict[int | str, dict]:
+    """The 200 answer of the operations that store documents under ``prefix``, with OpenAPI
+    links from the first id to reading and deleting that document (in the same collection)."""
+    path = f"{prefix}/documents/{{doc_id}}".replace("/", "~1")
+    parameters = {"doc_id": "$response.body#/ids/0"}
+    if "{collection}" in prefix:
+        parameters["collection"] = "$request.path.collection"
+    return {
+        200: {
+            "description": "The documents' ids, in request order. The links say where the ids "
+            "of the document routes come from.",
+            "links": {
+                "GetDocument": {"operationRef": f"#/paths/{path}/get", "parameters": parameters},
+                "DeleteDocument": {
+                    "operationRef": f"#/paths/{path}/delete",
+                    "parameters": parameters,
+                },
+            },
+        }
+    }
 
 
 class AddDocumentsResponse(BaseModel):
@@ -71,11 +101,13 @@ class AddDocumentsResponse(BaseModel):
 
 
 class LookupRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    ids: list[str] = Field(
+    ids: list[DocumentId] = Field(
+        min_length=1,
+        max_length=MAX_LOOKUP_IDS,
         description=f"The document ids to look for: 1 to {MAX_LOOKUP_IDS}, each non-blank and "
-        "at most 256 characters."
+        "at most 256 characters.",
     )
 
 
@@ -113,7 +145,9 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
     router = APIRouter(prefix=prefix, tags=["documents"])
     Collection = Annotated[str | None, Depends(collection_of)]
 
-    @router.post("/documents", responses=error_responses(404, 422, 429, 503))
+    stored = _stored(prefix)
+
+    @router.post("/documents", responses={**stored, **error_responses(404, 422, 429, 503)})
     async def add_documents(
         body: AddDocumentsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:
@@ -127,7 +161,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
         )
         return AddDocumentsResponse(ids=ids)
 
-    @router.post("/documents/vectors", responses=error_responses(404, 422, 503))
+    @router.post("/documents/vectors", responses={**stored, **error_responses(404, 422, 503)})
     async def add_vectors(
         body: AddVectorsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:
@@ -136,7 +170,6 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
         label_request(request, dimension=str(runtime.manifest.dim))
         documents = body.documents
         ids = await runtime.add_vectors(
-            body.bundle_hash,
             [document.text for document in documents],
             [document.id for document in documents],
             [document.metadata for document in documents],

@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from service.embedding import prefix_vectors, resolve_dims
 from service.errors import error_responses
+from service.limits import JsonInt, PrefixDims, TextList
 from service.metrics import label_request
+from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["embeddings"])
 
 
 class EmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = JSON_BODY
 
-    texts: list[str] = Field(
+    texts: TextList = Field(
         min_length=1,
-        description="Texts to embed: non-empty, at most FRACTAL_MAX_TEXTS of at most "
+        description="Texts to embed: non-blank, at most FRACTAL_MAX_TEXTS of at most "
         "FRACTAL_MAX_CHARS characters each.",
     )
-    dims: int | list[int] | None = Field(
+    dims: Annotated[JsonInt | list[JsonInt], PrefixDims()] | None = Field(
         None,
         description="Prefix dimension(s) to return, each one of the bundle's prefix_dims "
-        "(GET /info). Default: the full dimension.",
+        "(GET /info), without repeats. Default: the full dimension. Not with granularity.",
     )
     granularity: Literal["coarse", "fine"] | None = Field(
         None, description="Instead of dims: the bundle's coarse or fine dimension."
@@ -65,7 +67,7 @@ async def embed(body: EmbedRequest, runtime: RuntimeDep, request: Request) -> Em
     """Embed texts at one or several prefix dimensions."""
     dims = resolve_dims(runtime.manifest, body.dims, body.granularity)
     label_request(request, granularity=body.granularity or "", dimension=",".join(map(str, dims)))
-    encoded = await runtime.embed(body.texts, "texts")
+    encoded = await runtime.embed(body.texts)
     prefixes = [(dim, prefix_vectors(encoded.vectors, dim, body.normalize)) for dim in dims]
     tokens = int(encoded.tokens.sum())
     return EmbedResponse(

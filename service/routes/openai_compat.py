@@ -1,20 +1,24 @@
 """``POST /v1/embeddings``: the OpenAI embeddings API, so its clients work unchanged.
 
-``input`` is a string or a list of strings (token arrays are not supported), ``model`` must be
-the served bundle's name, ``dimensions`` one of its prefix dims (default: the full dimension),
-``encoding_format`` ``float`` or ``base64`` (little-endian float32, the OpenAI clients' default),
-and ``user`` is ignored. Vectors are always L2-normalised, as OpenAI's are.
+``input`` is a string, a list of strings, one text as a list of token ids, or a list of such
+lists, as in the OpenAI API. Token ids are the sequence the encoder reads, as the bundle's
+tokenizer makes it (``tokenizer.encode(text).ids``, its special tokens included): nothing is
+added or cut, and they skip the query cache. ``model`` must be the served bundle's name,
+``dimensions`` one of its prefix dims (default: the full dimension), ``encoding_format``
+``float`` or ``base64`` (little-endian float32, the OpenAI clients' default), and ``user`` is
+ignored. Vectors are always L2-normalised, as OpenAI's are.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.embedding import base64_float32, prefix_vectors, resolve_dims
 from service.errors import ModelNotFound, error_responses
+from service.limits import JsonInt, OpenAIInput, PrefixDims, ServedModel
 from service.metrics import label_request
 from service.routes.embed import Usage
 from service.runtime import RuntimeDep
@@ -23,9 +27,20 @@ router = APIRouter(tags=["openai"])
 
 
 class EmbeddingsRequest(BaseModel):
-    input: str | list[str] = Field(description="A text or a list of texts.")
-    model: str = Field(description="The served bundle's name (GET /info → model).")
-    dimensions: int | None = Field(None, description="One of the bundle's prefix_dims.")
+    model_config = ConfigDict(strict=True)  # fields the OpenAI clients may add are ignored
+
+    input: OpenAIInput = Field(
+        description="A text, a list of texts, one text as token ids (the bundle tokenizer's "
+        "ids, special tokens included; each below the vocabulary size, at most the backbone's "
+        "max_tokens), or a list of such lists. At most FRACTAL_MAX_TEXTS texts of at most "
+        "FRACTAL_MAX_CHARS characters."
+    )
+    model: Annotated[str, ServedModel()] = Field(
+        description="The served bundle's name (GET /info → model); another is a 404."
+    )
+    dimensions: Annotated[JsonInt, PrefixDims()] | None = Field(
+        None, description="One of the bundle's prefix_dims."
+    )
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = Field(None, description="Accepted and ignored.")
 
@@ -58,9 +73,13 @@ async def create_embeddings(
     (dim,) = resolve_dims(runtime.manifest, body.dimensions, None, "dimensions")
     label_request(request, dimension=str(dim))
     if isinstance(body.input, str):
-        encoded = await runtime.embed([body.input], "input", ["input"])
+        encoded = await runtime.embed([body.input])
+    elif all(isinstance(item, str) for item in body.input):
+        encoded = await runtime.embed(body.input)
+    elif all(isinstance(item, list) for item in body.input):
+        encoded = await runtime.embed_token_ids([tuple(map(int, ids)) for ids in body.input])
     else:
-        encoded = await runtime.embed(body.input, "input")
+        encoded = await runtime.embed_token_ids([tuple(map(int, body.input))])
     vectors = prefix_vectors(encoded.vectors, dim)
     tokens = int(encoded.tokens.sum())
     return EmbeddingsResponse(

@@ -9,8 +9,17 @@ from fastapi import APIRouter, Query, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from service.errors import error_responses
+from service.limits import (
+    BuiltIndex,
+    EnabledScoring,
+    IndexedPrefix,
+    JsonInt,
+    Text,
+    TextList,
+    TopK,
+)
 from service.metrics import label_request
-from service.routes import FromAttributes
+from service.routes import JSON_BODY, FromAttributes
 from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
 
@@ -22,7 +31,7 @@ MS = 1000.0
 class SearchOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    k: int | None = Field(
+    k: Annotated[JsonInt, TopK()] | None = Field(
         None, description="Hits per query, 1..FRACTAL_MAX_K (default FRACTAL_DEFAULT_K)."
     )
     granularity: Literal["coarse", "fine", "auto"] = Field(
@@ -30,23 +39,25 @@ class SearchOptions(BaseModel):
         description="coarse: the bundle's coarse prefix; fine: its fine dimension; auto: chosen "
         "per query by the bundle's heads (fine without heads).",
     )
-    index: Literal["exact", "hnsw", "pq"] | None = Field(
+    index: Annotated[Literal["exact", "hnsw", "pq"], BuiltIndex()] | None = Field(
         None, description="Index kind, one of those built (default: the first built)."
     )
     rerank: Literal["none", "c2f"] = Field(
         "none",
         description="c2f: shortlist k × FRACTAL_C2F_FACTOR at the shortlist prefix, re-rank "
-        "exactly at the full dimension.",
+        "exactly at the full dimension; with granularity fine or auto, and scoring cosine.",
     )
-    shortlist_dim: int | None = Field(
+    shortlist_dim: Annotated[JsonInt, IndexedPrefix()] | None = Field(
         None,
         description="c2f: the prefix to shortlist at, a trained prefix with an index of the "
         "requested kind (default: the bundle's measured shortlist prefix, /info "
         "resolutions.shortlist_dim). Only with rerank=c2f (or fine queries that C2F answers "
         "because the fine prefix has no index).",
     )
-    scoring: Literal["cosine", "sfs"] = Field(
-        "cosine", description="sfs: mean fragment cosine (needs SFS enabled)."
+    scoring: Annotated[Literal["cosine", "sfs"], EnabledScoring()] = Field(
+        "cosine",
+        description="sfs: mean fragment cosine (needs SFS enabled, and for fine queries an "
+        "index of the requested kind at the fine prefix).",
     )
     collection: str | None = Field(
         None,
@@ -56,11 +67,16 @@ class SearchOptions(BaseModel):
 
 
 class SearchQuery(SearchOptions):
-    q: str = Field(description="The query text.")
+    q: Text = Field(description="The query text (at most FRACTAL_MAX_CHARS characters).")
 
 
 class SearchBatch(SearchOptions):
-    queries: list[str] = Field(min_length=1, description="At most FRACTAL_MAX_TEXTS queries.")
+    model_config = JSON_BODY
+
+    queries: TextList = Field(
+        min_length=1,
+        description="At most FRACTAL_MAX_TEXTS queries of at most FRACTAL_MAX_CHARS characters.",
+    )
 
 
 class HitOut(FromAttributes):
@@ -148,8 +164,6 @@ async def _run(
     request: Request,
     queries: list[str],
     options: SearchOptions,
-    param: str,
-    item_params: list[str] | None = None,
 ) -> tuple[list[QueryResultOut], Timings]:
     plan = runtime.collections.get(options.collection).searcher.plan(
         k=options.k,
@@ -159,9 +173,7 @@ async def _run(
         scoring=options.scoring,
         shortlist_dim=options.shortlist_dim,
     )
-    outcome, encode_seconds = await runtime.search(
-        queries, plan, param, item_params, collection=options.collection
-    )
+    outcome, encode_seconds = await runtime.search(queries, plan, collection=options.collection)
     dimensions = {result.route.dimension for result in outcome.results}
     label_request(
         request,
@@ -181,7 +193,7 @@ async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
     """Search the documents with one query."""
-    (result,), timings = await _run(runtime, request, [params.q], params, "q", ["q"])
+    (result,), timings = await _run(runtime, request, [params.q], params)
     return SearchResponse(**result.model_dump(), timings_ms=timings)
 
 
@@ -190,5 +202,5 @@ async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:
     """Search the documents with several queries sharing the same options."""
-    results, timings = await _run(runtime, request, body.queries, body, "queries")
+    results, timings = await _run(runtime, request, body.queries, body)
     return BatchSearchResponse(results=results, timings_ms=timings)

@@ -1,5 +1,5 @@
-"""The official ``openai`` client against a real server: floats, its default base64, dimensions
-and errors."""
+"""The official ``openai`` client against a real server: floats, its default base64, dimensions,
+token arrays and errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+from tokenizers import Tokenizer
 
 from support.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
@@ -43,6 +44,14 @@ def test_openai_client_embeddings(
 
     full = client.embeddings.create(model=MODEL, input="a single string")
     assert len(full.data) == 1 and len(full.data[0].embedding) == 256
+
+    # Token arrays, as the OpenAI API takes them: the bundle tokenizer's ids of the texts.
+    tokenizer = Tokenizer.from_file(str(v5_bundle_dir / "tokenizer.json"))
+    token_ids = [tokenizer.encode(text).ids for text in TEXTS]
+    from_ids = client.embeddings.create(model=MODEL, input=token_ids, dimensions=64)
+    np.testing.assert_allclose([item.embedding for item in from_ids.data], vectors, atol=1e-5)
+    one = client.embeddings.create(model=MODEL, input=[101, 2054, 102], dimensions=64)
+    assert len(one.data) == 1 and one.usage.prompt_tokens == 3
 
     with pytest.raises(openai.NotFoundError) as missing:
         client.embeddings.create(model="text-embedding-3-small", input=TEXTS)

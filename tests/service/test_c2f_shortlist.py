@@ -119,7 +119,8 @@ def test_shortlist_dim_overrides_it_per_request(
         ({"rerank": "c2f", "shortlist_dim": 0}, "allowed: 64, 128, 192, 256, 384"),
         (
             {"rerank": "c2f", "shortlist_dim": 192},
-            "no 'exact' index is built there; 'exact' indexes exist at 64, 128, 384",
+            "shortlist_dim 192 has no index to shortlist from; the indexed prefixes are "
+            "64, 128, 384",
         ),
         ({"shortlist_dim": 128}, "shortlist_dim applies to rerank=c2f"),
         ({"shortlist_dim": 128, "granularity": "coarse"}, "shortlist_dim applies to rerank=c2f"),

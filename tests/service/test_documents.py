@@ -102,6 +102,8 @@ def test_delete_removes_from_store_and_indexes(client: TestClient, settings: Set
         ([{"id": "x", "text": "a"}, {"id": "x", "text": "b"}], "documents.1.id 'x' repeats"),
         ([{"id": "", "text": "a"}], "documents.0.id is empty"),
         ([{"id": "i" * 257, "text": "a"}], "the limit is 256"),
+        ([{"id": "..", "text": "a"}], "documents.0.id has '.' or '..' as a path segment"),
+        ([{"id": "a/./b", "text": "a"}], "documents.0.id has '.' or '..' as a path segment"),
         ([{"text": "ok"}, {"text": " "}], "documents.1.text is empty"),
         ([{"text": "t" * 8193}], "documents.0.text has 8193 characters; the limit is 8192"),
         ([{"text": "a"}] * 129, "documents has 129 items; the limit is 128"),

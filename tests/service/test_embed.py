@@ -145,6 +145,24 @@ def test_openai_single_string_and_default_dimension(client: TestClient) -> None:
     assert len(body["data"]) == 1 and len(body["data"][0]["embedding"]) == 256
 
 
+def test_openai_token_arrays_embed_as_their_texts(v5_bundle_dir: Path, client: TestClient) -> None:
+    tokenizer = Tokenizer.from_file(str(v5_bundle_dir / "tokenizer.json"))
+    token_ids = [tokenizer.encode(text).ids for text in TEXTS]
+    assert token_ids[0][0] == 101 and token_ids[0][-1] == 102  # [CLS] … [SEP], as given
+    request = {"model": "clinc150-v5-small", "dimensions": 64, "encoding_format": "float"}
+    as_texts = client.post("/v1/embeddings", json={**request, "input": TEXTS}).json()
+    batch = client.post("/v1/embeddings", json={**request, "input": token_ids})
+    assert batch.status_code == 200, batch.text
+    single = client.post("/v1/embeddings", json={**request, "input": token_ids[1]}).json()
+    vectors = np.array([item["embedding"] for item in as_texts["data"]])
+    from_ids = [item["embedding"] for item in batch.json()["data"]]
+    np.testing.assert_allclose(from_ids, vectors, atol=1e-5)
+    np.testing.assert_allclose(single["data"][0]["embedding"], vectors[1], atol=1e-5)
+    tokens = sum(len(ids) for ids in token_ids)
+    assert batch.json()["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    assert as_texts["usage"] == batch.json()["usage"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "kind", "needle"),
     [
@@ -157,7 +175,42 @@ def test_openai_single_string_and_default_dimension(client: TestClient) -> None:
         ),
         ({"model": "clinc150-v5-small", "input": ""}, 422, "invalid_request", "input is empty"),
         ({"model": "clinc150-v5-small", "input": []}, 422, "invalid_request", "input is empty"),
-        ({"model": "clinc150-v5-small", "input": [[1, 2, 3]]}, 422, "invalid_request", "input"),
+        (
+            {"model": "clinc150-v5-small", "input": [[101, 2054, 30522]]},
+            422,
+            "invalid_request",
+            "input.0 holds token id 30522, outside this model's vocabulary (0 to 30521)",
+        ),
+        (
+            {"model": "clinc150-v5-small", "input": [101] * 257},
+            422,
+            "invalid_request",
+            "input has 257 token ids; the limit is 256 (the model's max tokens)",
+        ),
+        (
+            {"model": "clinc150-v5-small", "input": [[101, 102], []]},
+            422,
+            "invalid_request",
+            "input.1 is empty: give at least one token id",
+        ),
+        (
+            {"model": "clinc150-v5-small", "input": [[101, "a"]]},
+            422,
+            "invalid_request",
+            "input.0 must hold only integer token ids",
+        ),
+        (
+            {"model": "clinc150-v5-small", "input": ["a", 101]},
+            422,
+            "invalid_request",
+            "input must be a string, a list of strings, a list of token ids or a list of lists",
+        ),
+        (
+            {"model": "clinc150-v5-small", "input": ["ok", " "]},
+            422,
+            "invalid_request",
+            "input.1 is empty or only whitespace",
+        ),
         (
             {"model": "clinc150-v5-small", "input": "x", "encoding_format": "hex"},
             422,
