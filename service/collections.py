@@ -240,7 +240,10 @@ class CollectionSet:
     def delete(self, name: str) -> None:
         """Stop serving a named collection, wait for the requests using it, remove its folder."""
         if name == DEFAULT_NAME:
-            raise InvalidRequest("the default collection cannot be deleted", "name")
+            raise NotFound(
+                "no named collection 'default': the default collection cannot be deleted",
+                "collection",
+            )
         with self._lock:
             hosted = self._named.pop(name, None)
         if hosted is None:

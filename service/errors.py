@@ -186,17 +186,27 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
 
 
+PATH_PARAMETERS = {"doc_id"}
+"""The path parameters that may hold ``/`` (``/documents/{doc_id:path}``); others hold one
+segment."""
+
+
 def _path_pattern(template: str) -> re.Pattern[str]:
-    """An OpenAPI path template as a regular expression; a parameter may hold ``/`` (document
-    ids do: ``/documents/{doc_id:path}``)."""
-    literals = re.split(r"\{[^}]*\}", template)
-    return re.compile(".+".join(map(re.escape, literals)))
+    """An OpenAPI path template as a regular expression: a parameter is one segment, but a
+    document id may hold ``/``."""
+    parts = re.split(r"\{([^}]*)\}", template)
+    pattern = "".join(
+        re.escape(part) if position % 2 == 0 else (".+" if part in PATH_PARAMETERS else "[^/]+")
+        for position, part in enumerate(parts)
+    )
+    return re.compile(pattern)
 
 
 def allowed_methods(request: Request) -> str | None:
     """The ``Allow`` header of a 405: the methods the app's OpenAPI schema declares for the
-    request's path, a path without parameters matched before templated ones, as OpenAPI
-    matches them (``/documents/vectors``: POST; ``/documents/a-id``: DELETE, GET). None for a
+    request's path. As OpenAPI matches paths, a path without parameters goes before templated
+    ones, and among templates the most literal ones win (``/documents/vectors``: POST;
+    ``/documents/a-id``: DELETE, GET; ``/collections/c/documents/vectors``: POST). None for a
     path the schema does not have. (Starlette names the methods of the first route whose path
     matched, which missed DELETE on ``/documents/{doc_id}``.)"""
     paths: dict[str, dict] = request.app.openapi()["paths"]
@@ -204,9 +214,22 @@ def allowed_methods(request: Request) -> str | None:
     if path in paths:
         methods = set(paths[path])
     else:
-        templated = [template for template in paths if "{" in template]
-        matched = [template for template in templated if _path_pattern(template).fullmatch(path)]
-        methods = {method for template in matched for method in paths[template]}
+        matched = [
+            template
+            for template in paths
+            if "{" in template and _path_pattern(template).fullmatch(path)
+        ]
+
+        def literal(template: str) -> int:
+            return len(re.sub(r"\{[^}]*\}", "", template))
+
+        best = max(map(literal, matched), default=0)
+        methods = {
+            method
+            for template in matched
+            if literal(template) == best
+            for method in paths[template]
+        }
     return ", ".join(sorted(method.upper() for method in methods)) or None
 
 

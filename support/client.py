@@ -189,7 +189,9 @@ class FractalClient:
                     half = len(part) // 2
                     pending += [part[half:], part[:half]]
                     continue
-                message = refused.message.replace(f"documents.{at_fault}.", "")
+                # The answer may list problems of later documents too: keep this one's.
+                first = refused.message.split("; documents.")[0]
+                message = first.replace(f"documents.{at_fault}.", "")
                 on_reject(part[at_fault], message)
                 if progress is not None:
                     progress(1)

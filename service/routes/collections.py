@@ -14,12 +14,13 @@ from pydantic import BaseModel, Field
 
 from service.collections import DEFAULT_NAME, NAME_RULE, HostedCollection
 from service.errors import InvalidRequest, error_responses
+from service.limits import BuiltIndex
 from service.routes import JSON_BODY
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["collections"])
 
-IndexKind = Literal["exact", "hnsw", "pq"]
+IndexKind = Annotated[Literal["exact", "hnsw", "pq"], BuiltIndex()]
 NAME_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -31,8 +32,9 @@ class CreateCollectionRequest(BaseModel):
         None,
         min_length=1,
         max_length=3,
-        description="Index kinds built at every prefix, each once (default: the service's "
-        "FRACTAL_INDEX_KINDS and FRACTAL_FINE_INDEX_KINDS).",
+        json_schema_extra={"uniqueItems": True},
+        description="Index kinds built at every prefix, each once, among those the service "
+        "builds (default: the service's FRACTAL_INDEX_KINDS).",
     )
 
 
@@ -82,7 +84,7 @@ async def list_collections(runtime: RuntimeDep) -> CollectionList:
 
 @router.delete("/collections/{name}", responses=error_responses(404, 422, 503))
 async def delete_collection(
-    name: Annotated[str, Path(description="The collection to delete.")],
+    name: Annotated[str, Path(pattern=NAME_REGEX, description="The named collection to delete.")],
     body: DeleteCollectionRequest,
     runtime: RuntimeDep,
 ) -> DeleteCollectionResponse:

@@ -20,6 +20,7 @@ RULES_BETWEEN_FIELDS = (
     "rerank 'c2f' answers at the fine dimension",  # /search: not with granularity=coarse
     "rerank 'c2f' re-ranks by cosine",  # /search: not with scoring=sfs
     "repeats an earlier id of this request",  # POST /documents, /documents/vectors
+    "repeat the collection's name in the body",  # DELETE /collections/{name}: path = body
 )
 
 

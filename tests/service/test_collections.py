@@ -152,7 +152,8 @@ def test_delete_needs_the_name_repeated_and_removes_everything(settings: Setting
         assert not folder.exists()
         assert 'collection="news"' not in client.get("/metrics").text
         refused = client.request("DELETE", "/collections/default", json={"name": "default"})
-        assert refused.status_code == 422
+        assert refused.status_code == 404
+        assert "default collection cannot be deleted" in refused.json()["error"]["message"]
         # The name is free again, and the new collection starts empty.
         assert client.post("/collections", json={"name": "news"}).json()["documents"] == 0
     with serve(settings) as client:
