@@ -26,6 +26,15 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
 ``4 · dim`` for float32 storage, ``dim`` for SQ8, the PQ code size once trained.
+
+Filtered search (:meth:`VectorIndex.search_filtered`) scores only the rows of a
+:class:`index.rowset.RowSet`, inside the search: ``exact`` scans with an ``IDSelectorBitmap``
+(exhaustive, so its answer is exact); ``hnsw`` walks the graph with the selector in its
+``SearchParametersHNSW`` (every node still guides the walk, only selected ones become results)
+and the efSearch the caller asks for, which the collection raises as the filter gets more
+selective; ``pq`` scans every code (FAISS's ``IndexPQ`` takes no selector), fetching more than
+``k`` and keeping the selected ones, more again while a query has fewer than ``k`` of them, so
+its answer is that of an exhaustive filtered PQ scan.
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from typing import ClassVar
 
 import faiss
 import numpy as np
+
+from index.rowset import RowSet
 
 KINDS = ("exact", "hnsw", "pq")
 HNSW_STORAGES = ("flat", "sq8")
@@ -126,6 +137,20 @@ def _flat_contents(index: faiss.IndexIDMap) -> tuple[np.ndarray, np.ndarray]:
     return ids, vectors
 
 
+def _select_columns(
+    scores: np.ndarray, ids: np.ndarray, keep: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the first ``k`` entries where ``keep`` holds (order kept), padded with -1."""
+    rank = np.cumsum(keep, axis=1) - 1
+    take = keep & (rank < k)
+    out_scores = np.full((len(ids), k), -np.inf, dtype=np.float32)
+    out_ids = np.full((len(ids), k), -1, dtype=np.int64)
+    rows, columns = np.nonzero(take)
+    out_scores[rows, rank[rows, columns]] = scores[rows, columns]
+    out_ids[rows, rank[rows, columns]] = ids[rows, columns]
+    return out_scores, out_ids
+
+
 def _hnsw_graph(dim: int, params: HnswParams, training: np.ndarray | None) -> faiss.IndexHNSW:
     """An empty graph: float32 storage, or SQ8 trained on ``training`` when that is given."""
     if training is None:
@@ -169,6 +194,20 @@ class VectorIndex:
         """Scores and ids, ``(n, k)`` each, best first; missing results have id -1.
         ``ef_search`` overrides an HNSW graph's beam width for this call (others ignore it)."""
         return self._index.search(queries, k)
+
+    def search_filtered(
+        self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search`, scoring only the rows in ``allowed`` (an ``IDSelectorBitmap``
+        in the search's parameters; the ID map translates FAISS's internal ids for it)."""
+        params = faiss.SearchParameters()
+        params.sel = allowed.selector()
+        return self._index.search(queries, k, params=params)
+
+    def decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every live id and its vector as the index scores it (codes decoded): what a
+        brute-force check of this index's answers compares with."""
+        return _flat_contents(self._index)
 
     def replacement(self) -> VectorIndex | None:
         """A rebuilt index that should take this one's place, or None (the default)."""
@@ -262,6 +301,22 @@ class HnswIndex(VectorIndex):
             search_params.sel = self._live_selector[0]
         return self._index.search(queries, k, params=search_params)
 
+    def search_filtered(
+        self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The graph walk with ``allowed`` as its selector. Tombstones need no second selector:
+        a filter's rows are present in the store, and a removed row never comes back (row ids
+        are not reused). The walk may find fewer than ``k`` selected nodes; the caller checks."""
+        search_params = faiss.SearchParametersHNSW()
+        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
+        search_params.sel = allowed.selector()
+        return self._index.search(queries, k, params=search_params)
+
+    def decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        ids, vectors = _flat_contents(self._index)
+        live = ~np.isin(ids, self.deleted_ids())
+        return ids[live], vectors[live]
+
     @property
     def _quantised(self) -> bool:
         """Whether the graph stores SQ8 codes (else float32 vectors)."""
@@ -344,6 +399,40 @@ class PqIndex(VectorIndex):
     @property
     def trained(self) -> bool:
         return isinstance(faiss.downcast_index(self._index.index), faiss.IndexPQ)
+
+    def search_filtered(
+        self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """An exhaustive PQ scan that keeps the selected rows: ``IndexPQ`` takes no selector, so
+        each query fetches ``k`` over the filter's share of the index (twice that, plus a
+        margin), and a query left with fewer than ``k`` selected rows is searched again with
+        four times as many, up to every vector. Until trained, the flat index takes the
+        selector."""
+        if not self.trained:
+            return super().search_filtered(queries, k, allowed, ef_search)
+        total = len(self)
+        wanted = min(k, len(allowed), total)
+        share = max(len(allowed), 1) / max(total, 1)
+        fetch = min(total, int(2 * k / share) + 16)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        pending = np.arange(len(queries))
+        while len(pending):
+            found_scores, found_ids = self._index.search(queries[pending], max(fetch, 1))
+            keep = allowed.contains(found_ids)
+            picked_scores, picked_ids = _select_columns(found_scores, found_ids, keep, k)
+            scores[pending], ids[pending] = picked_scores, picked_ids
+            short = (picked_ids >= 0).sum(axis=1) < wanted
+            if fetch >= total:
+                break
+            pending, fetch = pending[short], min(total, 4 * fetch)
+        return scores, ids
+
+    def decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.trained:
+            return super().decoded()
+        ids = faiss.vector_to_array(self._index.id_map).astype(np.int64)
+        return ids, self._index.index.reconstruct_n(0, self._index.ntotal)
 
     def replacement(self) -> PqIndex | None:
         if self.trained or len(self) < self.params.train_size:

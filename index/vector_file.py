@@ -137,6 +137,12 @@ class VectorFile:
     # -- the matrix --------------------------------------------------------------------------
 
     @property
+    def written_rows(self) -> int:
+        """One past the highest row id written: rows below it hold their vectors (rows are
+        written in ascending order, so a row an upsert has not reached yet is above it)."""
+        return self._rows
+
+    @property
     def row_bytes(self) -> int:
         return self.dim * self._numpy_dtype.itemsize
 
