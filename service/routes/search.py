@@ -50,12 +50,37 @@ class SearchOptions(BaseModel):
     )
 
 
+FILTER_GRAMMAR = (
+    "Keep only documents whose metadata match: a condition "
+    '{"key": K, OP: V} with OP one of eq (a string, number or boolean), in (a list of 1-1,024 '
+    "of them), gt / gte / lt / lte (a number or a string; a lower and an upper bound may be "
+    'combined), exists (true / false); or {"and": [...]}, {"or": [...]} (1-64 filters), '
+    '{"not": filter}. K is a metadata key, a dotted path for nested objects ("user.country"); '
+    "a list value matches when one of its elements does; values of different types never "
+    "compare equal. At most 8 levels and 64 conditions. Applied inside the index search on "
+    "every route, so k hits come back whenever k documents match; the route says how "
+    "(route.filter). A bad filter is a 422 whose param is the JSON path of the offending part "
+    "(e.g. filter.and[1].gte)."
+)
+
+
 class SearchQuery(SearchOptions):
     q: str = Field(description="The query text.")
+    filter: str | None = Field(
+        None,
+        description="A metadata filter as JSON text (URL-encoded), e.g. "
+        '{"key":"class","eq":"Business"}. ' + FILTER_GRAMMAR,
+    )
 
 
 class SearchBatch(SearchOptions):
     queries: list[str] = Field(min_length=1, description="At most FRACTAL_MAX_TEXTS queries.")
+    filter: dict[str, Any] | None = Field(
+        None,
+        description="A metadata filter, applied to every query, e.g. "
+        '{"and": [{"key": "class", "eq": "Business"}, {"key": "year", "gte": 2020}]}. '
+        + FILTER_GRAMMAR,
+    )
 
 
 class HitOut(FromAttributes):
@@ -80,6 +105,27 @@ class AutoRouteOut(FromAttributes):
     fine_confidence: float | None
 
 
+class FilterRouteOut(FromAttributes):
+    """How the metadata filter was applied to this query."""
+
+    mode: Literal["exact_subset", "selector"] = Field(
+        description="exact_subset: exact scores of the matching documents alone (few match); "
+        "selector: the index searched with the matching ids as its selector (FAISS "
+        "IDSelector; HNSW with a raised efSearch)."
+    )
+    matching: int = Field(description="Documents the filter matched.")
+    resolve_ms: float = Field(
+        description="Time to list the matching documents from the store's metadata index "
+        "(next to nothing when the same filter was listed since the last write)."
+    )
+    ef_search: int | None = Field(None, description="selector on HNSW: the efSearch used.")
+    fallback: bool = Field(
+        False,
+        description="selector: the index found fewer than k matching documents for this query, "
+        "so the exact subset answered it.",
+    )
+
+
 class RouteOut(FromAttributes):
     """The path a query actually took."""
 
@@ -94,6 +140,7 @@ class RouteOut(FromAttributes):
     )
     shortlist_k: int | None = Field(None, description="c2f: the shortlist's size.")
     auto: AutoRouteOut | None = None
+    filter: FilterRouteOut | None = Field(None, description="With a filter: how it was applied.")
 
 
 class QueryResultOut(BaseModel):
@@ -124,7 +171,12 @@ class BatchSearchResponse(BaseModel):
 
 
 def _result(query: str, requested: str, result: QueryResult) -> QueryResultOut:
-    route = {**asdict(result.route), "requested_granularity": requested, "auto": result.auto}
+    route = {
+        **asdict(result.route),
+        "requested_granularity": requested,
+        "auto": result.auto,
+        "filter": result.filter,
+    }
     return QueryResultOut(query=query, route=RouteOut.model_validate(route), hits=result.matches)
 
 
@@ -142,7 +194,7 @@ async def _run(
     runtime: Runtime,
     request: Request,
     queries: list[str],
-    options: SearchOptions,
+    options: SearchQuery | SearchBatch,
     param: str,
     item_params: list[str] | None = None,
 ) -> tuple[list[QueryResultOut], Timings]:
@@ -153,6 +205,7 @@ async def _run(
         rerank=options.rerank,
         scoring=options.scoring,
         shortlist_dim=options.shortlist_dim,
+        filter=options.filter,
     )
     outcome, encode_seconds = await runtime.search(queries, plan, param, item_params)
     dimensions = {result.route.dimension for result in outcome.results}
