@@ -497,6 +497,11 @@ class Collection:
                 total -= evicted.nbytes
         return allowed
 
+    def clear_filter_cache(self) -> None:
+        """Forget every resolved filter (the next search with one lists its rows again)."""
+        with self._filter_cache_lock:
+            self._filter_cache.clear()
+
     def _resolve(self, where: Filter, filtering: dict | None) -> RowSet:
         started = time.perf_counter()
         allowed = self.rows_matching(where)
@@ -579,6 +584,7 @@ class Collection:
         ef_search: int | None = None,
         where: Filter | None = None,
         filtering: dict | None = None,
+        timings: dict[str, float] | None = None,
     ) -> list[list[Hit]]:
         """The ``k`` best documents for each query, best first, from one index.
 
@@ -586,7 +592,9 @@ class Collection:
         normalised here. Scores are cosines of the ``dim`` prefixes, or with ``scoring="sfs"``
         mean fragment cosines. ``ef_search`` overrides the HNSW beam width for this search.
         ``where`` keeps only documents whose metadata match it (see the module docstring);
-        ``filtering``, when given, receives how it was applied.
+        ``filtering``, when given, receives how it was applied. When ``timings`` is given, the
+        seconds of the index work (listing a filter's rows and reading the hits' ids aside) are
+        added to its ``"search"`` entry.
         """
         spec = self._spec(scoring, dim, kind)
         k = _check_count(k, "k")
@@ -595,12 +603,15 @@ class Collection:
         allowed = None if where is None else self._resolve(where, filtering)
         with self._lock.read():
             k = min(k, max(self._count, 1))  # FAISS allocates n * k results
+            started = time.perf_counter()
             if allowed is None:
                 scores, rows = self._indexes[spec.name].search(mapped, k, ef_search)
             elif not len(allowed):
                 return [[] for _ in mapped]
             else:
                 scores, rows = self._filtered(spec, mapped, k, allowed, ef_search, filtering)
+            if timings is not None:
+                timings["search"] = timings.get("search", 0.0) + time.perf_counter() - started
             return self._hits(scores, rows)
 
     def search_c2f(

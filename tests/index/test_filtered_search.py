@@ -32,6 +32,8 @@ from index import Collection, HnswParams, PqParams
 from index.collection import FilterParams
 from index.filters import parse_filter
 from index.fragments import fragment_unit
+from index.kinds import HnswIndex
+from index.rowset import RowSet
 from index.vectors import prefix_unit, unit_rows
 
 N = 20_000
@@ -260,3 +262,28 @@ def test_filters_see_every_write(tmp_path: Path, data: dict) -> None:
             )
             assert moved[0][0].id == "0"
     collection.close()
+
+
+@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+def test_the_graph_walk_selects_by_row_whatever_order_rows_were_added(order: str) -> None:
+    """The walk tests a bitmap over node numbers when rows were added in ascending order (as
+    the collection adds them), else the ID map's translation: the same answer either way."""
+    rng = np.random.default_rng(3)
+    vectors = unit_rows(rng.standard_normal((600, 16)).astype(np.float32))
+    rows = np.arange(1, 601) if order == "ascending" else rng.permutation(600) + 1
+    index = HnswIndex(16, HnswParams(m=8, ef_construction=64))
+    index.add(rows, vectors)
+    allowed = RowSet(np.arange(3, 601, 3))
+    queries = vectors[:8]
+    scores, found = index.search_filtered(queries, 10, allowed, ef_search=600)
+    assert (index._node_bitmap(allowed) is not None) == (order == "ascending")
+    by_row = np.zeros((601, 16), dtype=np.float32)
+    by_row[rows] = vectors
+    expected = _top(queries, by_row[allowed.rows], allowed.rows, 10)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_allclose(
+        scores, np.sort(queries @ by_row[allowed.rows].T)[:, ::-1][:, :10], rtol=1e-5
+    )
+    index.remove(np.array([3, 6]))  # a new graph state: the bitmap is made again
+    _, found = index.search_filtered(queries, 10, RowSet(np.arange(9, 601, 3)), ef_search=600)
+    assert not np.isin(found, [3, 6]).any()
