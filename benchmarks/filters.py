@@ -871,7 +871,7 @@ def markdown(report: dict) -> str:
         f"not follow the vectors), k = {K}, one query per call on one FAISS thread, "
         f"{settings['queries']:,} real held-out queries, the configurations of one route and "
         "kind interleaved query by query. recall@10 is against brute-force filtered search "
-        "scored the way the path scores (exact; the selector over PQ / SQ8 codes: brute force "
+        "scored the way the path scores (exact; the index path over PQ / SQ8 codes: brute force "
         "over those codes, and 'vs exact' beside it); C2F's brute force is its pipeline over "
         "the matching documents. *Index* time leaves out listing the filter's rows (cached "
         "after the first query; timed apart below) and reading the hits' ids; *call* time is "

@@ -25,15 +25,16 @@ search on every route, so that ``k`` hits come back whenever ``k`` documents mat
   **exact subset**, i.e. exact scores of just those rows, from the memory-mapped full vectors
   (cut to the route's prefix, or fragment-normalised for SFS; C2F scores them at the full
   dimension directly);
-- more: **selector**, i.e. the index itself with the rows as an ``IDSelectorBitmap``
-  (:meth:`VectorIndex.search_filtered`); an HNSW graph walks with efSearch raised by
-  :meth:`FilterParams.hnsw_ef`, and a query that still finds fewer than ``k`` matching rows is
-  answered by the exact subset. C2F shortlists ``k × factor`` matching rows this way and
-  re-ranks only them.
+- more: the index itself (:meth:`VectorIndex.search_filtered`): an HNSW graph walks with the
+  rows as an ``IDSelectorBitmap`` (**selector**) and efSearch raised by
+  :meth:`FilterParams.hnsw_ef`; an exact or PQ index scans every vector and keeps the matching
+  ones (**scan**). A query that still finds fewer than ``k`` matching rows is answered by the
+  exact subset. C2F shortlists ``k × factor`` matching rows this way and re-ranks only them.
 
-``filtering=`` receives how a search was filtered: ``mode`` (``exact_subset`` or ``selector``),
-``matching`` (rows the filter matched), ``resolve_seconds``, and for the selector ``ef_search``
-(HNSW) and ``fallback`` (the positions of the queries answered by the exact subset instead).
+``filtering=`` receives how a search was filtered: ``mode`` (``exact_subset``, ``selector`` or
+``scan``), ``matching`` (rows the filter matched), ``resolve_seconds``, and for the index paths
+``ef_search`` (HNSW) and ``fallback`` (the positions of the queries the exact subset answered
+instead).
 """
 
 from __future__ import annotations
@@ -488,10 +489,9 @@ class Collection:
                 self._filter_cache.move_to_end(where)
                 return cached[1]
         allowed = RowSet(self._store.rows_matching(where))
-        size = allowed.rows.nbytes + (int(allowed.rows[-1]) // 8 + 1 if len(allowed) else 0)
         with self._filter_cache_lock:
             self._filter_cache[where] = (generation, allowed)
-            total = sum(entry.nbytes for _, entry in self._filter_cache.values()) + size
+            total = sum(entry.nbytes for _, entry in self._filter_cache.values())
             while total > self.filters.cache_bytes and len(self._filter_cache) > 1:
                 _, (_, evicted) = self._filter_cache.popitem(last=False)
                 total -= evicted.nbytes
@@ -558,7 +558,7 @@ class Collection:
             report["mode"] = "exact_subset"
             scores, rows = self._exact_subset(queries, k, allowed.rows, space)
         else:
-            report["mode"] = "selector"
+            report["mode"] = index.filter_mode
             if isinstance(index, HnswIndex):
                 base = index.params.ef_search if ef_search is None else ef_search
                 ef_search = self.filters.hnsw_ef(base, documents, len(allowed))

@@ -27,14 +27,13 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
 ``4 · dim`` for float32 storage, ``dim`` for SQ8, the PQ code size once trained.
 
-Filtered search (:meth:`VectorIndex.search_filtered`) scores only the rows of a
-:class:`index.rowset.RowSet`, inside the search: ``exact`` scans with an ``IDSelectorBitmap``
-(exhaustive, so its answer is exact); ``hnsw`` walks the graph with the selector in its
+Filtered search (:meth:`VectorIndex.search_filtered`) returns only rows of a
+:class:`index.rowset.RowSet`: ``hnsw`` walks the graph with an ``IDSelectorBitmap`` in its
 ``SearchParametersHNSW`` (every node still guides the walk, only selected ones become results)
 and the efSearch the caller asks for, which the collection raises as the filter gets more
-selective; ``pq`` scans every code (FAISS's ``IndexPQ`` takes no selector), fetching more than
-``k`` and keeping the selected ones, more again while a query has fewer than ``k`` of them, so
-its answer is that of an exhaustive filtered PQ scan.
+selective (``filter_mode`` ``selector``); ``exact`` and ``pq`` scan every vector, fetching more
+than ``k`` and keeping the selected ones, more again while a query has fewer than ``k`` of them,
+so their answer is that of an exhaustive filtered scan (``filter_mode`` ``scan``).
 """
 
 from __future__ import annotations
@@ -196,14 +195,39 @@ class VectorIndex:
         ``ef_search`` overrides an HNSW graph's beam width for this call (others ignore it)."""
         return self._index.search(queries, k)
 
+    filter_mode: ClassVar[str] = "scan"
+    """How :meth:`search_filtered` applies a filter (reported with each filtered search)."""
+
     def search_filtered(
         self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`search`, scoring only the rows in ``allowed`` (an ``IDSelectorBitmap``
-        in the search's parameters; the ID map translates FAISS's internal ids for it)."""
-        params = faiss.SearchParameters()
-        params.sel = allowed.selector()
-        return self._index.search(queries, k, params=params)
+        """Like :meth:`search`, keeping only the rows in ``allowed``: the exhaustive scan
+        (flat or PQ) fetches ``k`` over the filter's share of the index (twice that, plus a
+        margin) and keeps the selected rows, and a query left with fewer than ``k`` of them is
+        scanned again for four times as many, up to every vector. The scan ranks every vector,
+        so this is the exact filtered answer (of the index's scores).
+
+        Not FAISS's ``IDSelector``: a flat scan that tests one is a scalar loop, where the plain
+        scan compares several vectors per instruction; with a selector it took 2.5× as long at
+        1M (64-d, one query per call), this way about as long as unfiltered
+        (``python -m benchmarks filters``). ``IndexPQ`` takes no selector at all."""
+        total = len(self)
+        wanted = min(k, len(allowed), total)
+        share = max(len(allowed), 1) / max(total, 1)
+        fetch = min(total, int(2 * k / share) + 16)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        pending = np.arange(len(queries))
+        while len(pending):
+            found_scores, found_ids = self._index.search(queries[pending], max(fetch, 1))
+            keep = allowed.contains(found_ids)
+            picked_scores, picked_ids = _select_columns(found_scores, found_ids, keep, k)
+            scores[pending], ids[pending] = picked_scores, picked_ids
+            short = (picked_ids >= 0).sum(axis=1) < wanted
+            if fetch >= total:
+                break
+            pending, fetch = pending[short], min(total, 4 * fetch)
+        return scores, ids
 
     def decoded(self) -> tuple[np.ndarray, np.ndarray]:
         """Every live id and its vector as the index scores it (codes decoded): what a
@@ -254,6 +278,7 @@ class HnswIndex(VectorIndex):
     """An HNSW graph with tombstones for removed ids (see the module docstring)."""
 
     kind = "hnsw"
+    filter_mode = "selector"
 
     def __init__(
         self,
@@ -444,34 +469,6 @@ class PqIndex(VectorIndex):
     @property
     def trained(self) -> bool:
         return isinstance(faiss.downcast_index(self._index.index), faiss.IndexPQ)
-
-    def search_filtered(
-        self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """An exhaustive PQ scan that keeps the selected rows: ``IndexPQ`` takes no selector, so
-        each query fetches ``k`` over the filter's share of the index (twice that, plus a
-        margin), and a query left with fewer than ``k`` selected rows is searched again with
-        four times as many, up to every vector. Until trained, the flat index takes the
-        selector."""
-        if not self.trained:
-            return super().search_filtered(queries, k, allowed, ef_search)
-        total = len(self)
-        wanted = min(k, len(allowed), total)
-        share = max(len(allowed), 1) / max(total, 1)
-        fetch = min(total, int(2 * k / share) + 16)
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
-        pending = np.arange(len(queries))
-        while len(pending):
-            found_scores, found_ids = self._index.search(queries[pending], max(fetch, 1))
-            keep = allowed.contains(found_ids)
-            picked_scores, picked_ids = _select_columns(found_scores, found_ids, keep, k)
-            scores[pending], ids[pending] = picked_scores, picked_ids
-            short = (picked_ids >= 0).sum(axis=1) < wanted
-            if fetch >= total:
-                break
-            pending, fetch = pending[short], min(total, 4 * fetch)
-        return scores, ids
 
     def decoded(self) -> tuple[np.ndarray, np.ndarray]:
         if not self.trained:

@@ -35,8 +35,8 @@ class RowSet:
 
     @property
     def nbytes(self) -> int:
-        """Memory held: the ids and the bitmap."""
-        return self.rows.nbytes + (0 if self._bitmap is None else self._bitmap.nbytes)
+        """Memory held once the bitmap is made: the ids and the bitmap."""
+        return self.rows.nbytes + (int(self.rows[-1]) // 8 + 1 if len(self.rows) else 0)
 
     def selector(self) -> faiss.IDSelectorBitmap:
         """A FAISS selector of these rows (it keeps the bitmap alive)."""

@@ -81,10 +81,11 @@ class Match:
 @dataclass(frozen=True)
 class FilterReport:
     """How a metadata filter was applied to one query: ``exact_subset`` (exact scores of the
-    matching documents alone) or ``selector`` (the index searched with the matching ids as its
-    selector; ``ef_search`` for HNSW, ``fallback`` when the query then found fewer than k and
-    was answered by the exact subset), how many documents matched, and the milliseconds spent
-    listing them (next to nothing when the same filter was listed since the last write)."""
+    matching documents alone), ``selector`` (an HNSW walk with the matching ids as its
+    selector, at ``ef_search``; ``fallback`` when it found fewer than k and the exact subset
+    answered) or ``scan`` (an exact or PQ scan keeping the matching documents), how many
+    documents matched, and the milliseconds spent listing them (next to nothing when the same
+    filter was listed since the last write)."""
 
     mode: str
     matching: int

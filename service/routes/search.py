@@ -108,10 +108,11 @@ class AutoRouteOut(FromAttributes):
 class FilterRouteOut(FromAttributes):
     """How the metadata filter was applied to this query."""
 
-    mode: Literal["exact_subset", "selector"] = Field(
+    mode: Literal["exact_subset", "selector", "scan"] = Field(
         description="exact_subset: exact scores of the matching documents alone (few match); "
-        "selector: the index searched with the matching ids as its selector (FAISS "
-        "IDSelector; HNSW with a raised efSearch)."
+        "selector: the HNSW graph walked with the matching ids as its FAISS IDSelector and a "
+        "raised efSearch; scan: the exact or PQ index's exhaustive scan, keeping the matching "
+        "documents."
     )
     matching: int = Field(description="Documents the filter matched.")
     resolve_ms: float = Field(
@@ -121,7 +122,7 @@ class FilterRouteOut(FromAttributes):
     ef_search: int | None = Field(None, description="selector on HNSW: the efSearch used.")
     fallback: bool = Field(
         False,
-        description="selector: the index found fewer than k matching documents for this query, "
+        description="selector: the walk found fewer than k matching documents for this query, "
         "so the exact subset answered it.",
     )
 

@@ -42,11 +42,15 @@ def test_filters_smoke_run(tmp_path: Path) -> None:
             assert row["paths"] == []
             continue
         assert row["k_hits_fraction"] == 1.0, row
-        assert row["paths"] in (["exact_subset"], ["selector"]), row
+        assert row["paths"] in (["exact_subset"], ["selector"], ["scan"]), row
         if row["paths"] == ["exact_subset"]:  # exact scores of every match: nothing missed
             assert row["recall"] == row["recall_exact"] == 1.0, row
     # The policy at this N: the selector at 50%, the exact subset from 10% down.
-    paths = {row["selectivity"]: row["paths"] for row in rows if row["route"] == "coarse"}
+    paths = {
+        row["selectivity"]: row["paths"]
+        for row in rows
+        if (row["route"], row["kind"]) == ("coarse", "hnsw")
+    }
     assert paths[0.5] == ["selector"] and paths[0.1] == ["exact_subset"]
     assert len(report["crossover"]) == 2 * 2 * len(filters.SELECTIVITIES) * len(filters.FORCED)
     for row in report["crossover"]:

@@ -44,6 +44,7 @@ K = 10
 FACTOR = 4
 QUERIES = 60
 SELECTIVITIES = {0.5: 500, 0.1: 100, 0.01: 10, 0.001: 1}
+INDEX_PATHS = {"exact": "scan", "hnsw": "selector", "pq": "scan"}
 MODES = {
     "selector": FilterParams(exact_subset_scale=0.0),
     "exact_subset": FilterParams(exact_subset_scale=1e9),
@@ -164,8 +165,8 @@ def test_filtered_search_matches_brute_force(
                 queries, K, dim, kind, scoring, where=where, filtering=filtering
             )
         path = filtering["mode"]
-        if mode != "auto":
-            assert path == mode
+        if mode != "auto":  # the index path: a graph walk with a selector, or a scan
+            assert path == (mode if mode == "exact_subset" else INDEX_PATHS[kind])
         assert filtering["matching"] == len(matching)
         lossy = kind == "pq" or storage == "sq8"
         if route == "c2f" and path == "exact_subset":  # every match scored at the full dim
@@ -184,7 +185,7 @@ def test_filtered_search_matches_brute_force(
         else:
             docs = (
                 _decoded(collection, scoring, dim, kind)
-                if lossy and path == "selector"
+                if lossy and path != "exact_subset"
                 else _space(scoring, dim, data["vectors"])
             )
             truth = _top(_space(scoring, dim, queries), docs[matching], matching, K)
@@ -287,3 +288,18 @@ def test_the_graph_walk_selects_by_row_whatever_order_rows_were_added(order: str
     index.remove(np.array([3, 6]))  # a new graph state: the bitmap is made again
     _, found = index.search_filtered(queries, 10, RowSet(np.arange(9, 601, 3)), ef_search=600)
     assert not np.isin(found, [3, 6]).any()
+
+
+def test_the_filter_cache_keeps_within_its_budget_and_answers_the_same(
+    collections: dict, data: dict
+) -> None:
+    collection = collections["flat"]
+    collection.filters = FilterParams(cache_bytes=1)  # room for one filter at a time
+    collection.clear_filter_cache()
+    queries = data["queries"][:5]
+    wheres = [parse_filter({"key": "bucket", "lt": below}) for below in (100, 10, 1)]
+    first = [collection.search(queries, K, 64, "exact", where=where) for where in wheres]
+    again = [collection.search(queries, K, 64, "exact", where=where) for where in wheres]
+    assert first == again
+    assert len(collection._filter_cache) == 1
+    assert collection.rows_matching(wheres[-1]) is collection.rows_matching(wheres[-1])

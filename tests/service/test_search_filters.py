@@ -68,9 +68,9 @@ def vectors(client: TestClient, texts: list[str]) -> np.ndarray:
 
 
 @pytest.fixture
-def selector_first(client: TestClient) -> Iterator[None]:
-    """Send every filter through the selector path (the corpus is small enough for the policy
-    to score every filter's documents exactly)."""
+def index_first(client: TestClient) -> Iterator[None]:
+    """Send every filter through the index (the corpus is small enough for the policy to score
+    every filter's documents exactly)."""
     collection = client.app.state.runtime.collection
     collection.filters = FilterParams(exact_subset_scale=0.0)
     yield
@@ -109,7 +109,7 @@ ROUTES = {
 }
 
 
-@pytest.mark.parametrize("path", ["exact_subset", "selector"])
+@pytest.mark.parametrize("path", ["exact_subset", "index"])
 @pytest.mark.parametrize("route_name", list(ROUTES))
 @pytest.mark.parametrize("filter_name", list(FILTERS))
 def test_filtered_routes_return_the_best_matching_documents(
@@ -121,8 +121,8 @@ def test_filtered_routes_return_the_best_matching_documents(
     route_name: str,
     filter_name: str,
 ) -> None:
-    if path == "selector":
-        request.getfixturevalue("selector_first")
+    if path == "index":
+        request.getfixturevalue("index_first")
     where, predicate = FILTERS[filter_name]
     options, dim, scoring = ROUTES[route_name]
     matching = [i for i in range(NUM_DOCUMENTS) if predicate(_metadata(i))]
@@ -130,8 +130,9 @@ def test_filtered_routes_return_the_best_matching_documents(
     response = client.post("/search", json={"queries": queries, "k": K, "filter": where, **options})
     assert response.status_code == 200, response.text
     query_vectors = [vectors[5], vectors[77], None]
+    index_path = "selector" if options["index"] == "hnsw" else "scan"
     for result, query_vector in zip(response.json()["results"], query_vectors, strict=True):
-        assert result["route"]["filter"]["mode"] == path
+        assert result["route"]["filter"]["mode"] == (index_path if path == "index" else path)
         assert result["route"]["filter"]["matching"] == len(matching)
         assert len(result["hits"]) == K
         got = [int(hit["id"].removeprefix("doc-")) for hit in result["hits"]]
