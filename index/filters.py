@@ -21,9 +21,10 @@ Semantics, per document:
 - A document without the key matches no condition on it except ``"exists": false``, and so
   matches ``{"not": {"key": "k", "eq": 1}}``.
 
-Limits: 8 levels of nesting, 64 conditions, 1,024 values per ``in``, keys of 1 … 256 characters,
-strings of at most 1,024. Anything else is a :class:`FilterError` that carries the JSON path of
-the offending part (``filter.and[1].gte``), which the service reports as the error's ``param``.
+Limits: 8 levels of nesting, 64 conditions, 1,024 values per ``in`` and 4,096 in all, keys of
+1 … 256 characters, strings of at most 1,024. Anything else is a :class:`FilterError` that
+carries the JSON path of the offending part (``filter.and[1].gte``), which the service reports
+as the error's ``param``.
 
 Pure Python: no FAISS, no FastAPI; the store (:mod:`index.store`) runs the SQL this module makes.
 """
@@ -38,6 +39,8 @@ from typing import Union
 MAX_DEPTH = 8
 MAX_CONDITIONS = 64
 MAX_IN_VALUES = 1024
+MAX_VALUES = 4096
+"""Values in all the ``in`` lists of one filter (each is a parameter of one SQL statement)."""
 MAX_KEY_CHARS = 256
 MAX_STRING_CHARS = 1024
 MAX_INTEGER = 2**63 - 1
@@ -128,7 +131,7 @@ Filter = Union[Equals, Range, Exists, And, Or, Not]  # noqa: UP007 (a forward re
 
 def parse_filter(value: object, path: str = "filter") -> Filter:
     """The typed filter of a JSON value (already decoded), or :class:`FilterError`."""
-    counter = [0]
+    counter = [0, 0]  # conditions, values in "in" lists
     return _parse(value, path, 1, counter)
 
 
@@ -248,6 +251,11 @@ def _parse_condition(value: dict, path: str, counter: list[int]) -> Filter:
         if len(values) > MAX_IN_VALUES:
             raise FilterError(
                 f'"in" takes at most {MAX_IN_VALUES} values, got {len(values)}', where
+            )
+        counter[1] += len(values)
+        if counter[1] > MAX_VALUES:
+            raise FilterError(
+                f'the "in" lists of a filter hold at most {MAX_VALUES} values in all', where
             )
         return _equals(key, [_scalar(item, f"{where}[{i}]") for i, item in enumerate(values)])
     return _range(key, value, bounds, path)

@@ -57,7 +57,8 @@ FILTER_GRAMMAR = (
     'combined), exists (true / false); or {"and": [...]}, {"or": [...]} (1-64 filters), '
     '{"not": filter}. K is a metadata key, a dotted path for nested objects ("user.country"); '
     "a list value matches when one of its elements does; values of different types never "
-    "compare equal. At most 8 levels and 64 conditions. Applied inside the index search on "
+    "compare equal. At most 8 levels, 64 conditions and 4,096 values in all the in lists. "
+    "Applied inside the index search on "
     "every route, so k hits come back whenever k documents match; the route says how "
     "(route.filter). A bad filter is a 422 whose param is the JSON path of the offending part "
     "(e.g. filter.and[1].gte)."

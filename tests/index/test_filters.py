@@ -122,6 +122,10 @@ def test_size_limits_and_bad_json() -> None:
     with pytest.raises(FilterError, match="at most 64 conditions") as caught:
         parse_filter(spread)
     assert caught.value.path == "filter.and[1].or[24]"
+    wide = {"or": [{"key": "a", "in": list(range(1000))} for _ in range(5)]}
+    with pytest.raises(FilterError, match="4096 values in all") as caught:
+        parse_filter(wide)
+    assert caught.value.path == "filter.or[4].in"
     with pytest.raises(FilterError, match="not valid JSON") as caught:
         parse_filter_json('{"key": "a", ')
     assert caught.value.path == "filter"
