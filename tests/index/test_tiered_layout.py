@@ -55,12 +55,8 @@ def test_the_layout_builds_only_the_kinds_it_names(tmp_path: Path, rng: np.rando
     wide = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=300)
     exact_coarse = [exact_top(vectors[:, :COARSE], names, v[:COARSE], 10) for v in vectors[:20]]
     recall = {
-        name: np.mean(
-            [
-                len({h.id for h in row} & set(truth)) / 10
-                for row, truth in zip(rows, exact_coarse, strict=True)
-            ]
-        )
+        name: np.mean([len({h.id for h in row} & set(truth)) / 10
+                       for row, truth in zip(rows, exact_coarse, strict=True)])
         for name, rows in (("narrow", narrow), ("wide", wide))
     }
     assert recall["wide"] == 1.0 and recall["narrow"] < recall["wide"]
@@ -140,10 +136,8 @@ def test_float16_full_vectors_halve_the_file_and_keep_the_ranking(
         np.testing.assert_allclose(
             [score for _, score in rounded], [score for _, score in exact], atol=2e-3
         )
-    sizes = {
-        c.stats().full_vectors["dtype"]: c.stats().full_vectors["bytes_on_disk"]
-        for c in (single, half)
-    }
+    sizes = {c.stats().full_vectors["dtype"]: c.stats().full_vectors["bytes_on_disk"]
+             for c in (single, half)}
     assert sizes["float16"] * 2 == sizes["float32"]
     single.close()
     half.close()
@@ -159,9 +153,8 @@ def test_a_graph_built_over_many_rows_is_sq8_from_the_start(
     collection.snapshot()
     collection.close()
     params = HnswParams(storage="sq8", sq_train_size=500)
-    graph = Collection(
-        tmp_path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()}, hnsw=params
-    )
+    graph = Collection(tmp_path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()},
+                       hnsw=params)
     stats = graph.stats().indexes["cosine-8-hnsw"]
     assert stats["trained"] and stats["bytes_per_vector"] == COARSE and stats["vectors"] == 600
     graph.close()
