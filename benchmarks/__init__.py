@@ -32,6 +32,7 @@ BENCHMARKS = (
     "c2f_sfs_pq",
     "cache_load",
     "encoder_throughput",
+    "filters",
     "http_load",
     "index_latency",
     "low_dim",

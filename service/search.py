@@ -14,6 +14,11 @@ re-ranking, and its route says so. Where the layout builds no index of the reque
 fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on disk), a fine query is
 answered by C2F, and its route says so.
 
+A request's ``filter`` (:mod:`index.filters`: a JSON object, or its JSON text in a query string)
+is parsed in :meth:`Searcher.plan`, where a bad one is a 422 naming the JSON path of the
+offending part (``filter.and[1].gte``), and applied inside the index search on every route
+(:class:`index.Collection`); each query's route says how (:class:`FilterReport`).
+
 Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a thread.
 """
 
@@ -28,6 +33,7 @@ import numpy as np
 
 from bundle import COARSE, FINE, Manifest
 from index import Collection, Hit
+from index.filters import Filter, FilterError, parse_filter, parse_filter_json
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
 from service.metrics import Metrics
@@ -47,6 +53,8 @@ class SearchPlan:
     scoring: str
     shortlist_dim: int
     """The prefix C2F shortlists at (used by fine queries that take C2F)."""
+    where: Filter | None = None
+    """The metadata filter, parsed."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +79,27 @@ class Match:
 
 
 @dataclass(frozen=True)
+class FilterReport:
+    """How a metadata filter was applied to one query: ``exact_subset`` (exact scores of the
+    matching documents alone), ``selector`` (an HNSW walk with the matching ids as its
+    selector, at ``ef_search``; ``fallback`` when it found fewer than k and the exact subset
+    answered) or ``scan`` (an exact or PQ scan keeping the matching documents), how many
+    documents matched, and the milliseconds spent listing them (next to nothing when the same
+    filter was listed since the last write)."""
+
+    mode: str
+    matching: int
+    resolve_ms: float
+    ef_search: int | None = None
+    fallback: bool = False
+
+
+@dataclass(frozen=True)
 class QueryResult:
     route: Route
     auto: AutoDecision | None
     matches: list[Match]
+    filter: FilterReport | None = None
 
 
 @dataclass(frozen=True)
@@ -124,11 +149,14 @@ class Searcher:
         rerank: str,
         scoring: str,
         shortlist_dim: int | None = None,
+        filter: object | None = None,
     ) -> SearchPlan:
         """Check the rules between a request's options, and the index kinds they need. Each
         option on its own (k's range, a built index kind, an enabled scoring, a trained and
         indexed shortlist prefix) is checked by the request model's rules
-        (:mod:`service.limits`)."""
+        (:mod:`service.limits`); ``filter`` is a decoded JSON object, or its JSON text (a query
+        parameter)."""
+        where = parse_where(filter)
         k = self.default_k if k is None else k
         index = index or self.index_kinds[0]
         if index not in self.index_kinds:  # a named collection may build fewer kinds
@@ -161,7 +189,7 @@ class Searcher:
         shortlist_dim = self.shortlist_dim if shortlist_dim is None else shortlist_dim
         if c2f:
             self._check_shortlist(shortlist_dim, index)
-        return SearchPlan(k, granularity, index, rerank, scoring, shortlist_dim)
+        return SearchPlan(k, granularity, index, rerank, scoring, shortlist_dim, where)
 
     def _check_shortlist(self, shortlist_dim: int, index: str) -> None:
         """C2F shortlists from an index of the requested kind at the shortlist prefix."""
@@ -195,14 +223,34 @@ class Searcher:
         return Route(granularity, dimension, plan.index, "none", plan.scoring)
 
     def _search(
-        self, route: Route, vectors: np.ndarray, k: int, c2f_timings: dict[str, float]
+        self,
+        route: Route,
+        vectors: np.ndarray,
+        plan: SearchPlan,
+        c2f_timings: dict[str, float],
+        filtering: dict,
     ) -> list[list[Hit]]:
         if route.rerank == "c2f":
             assert route.shortlist_dimension is not None
             return self.collection.search_c2f(
-                vectors, k, route.shortlist_dimension, self.c2f_factor, route.index, c2f_timings
+                vectors,
+                plan.k,
+                route.shortlist_dimension,
+                self.c2f_factor,
+                route.index,
+                c2f_timings,
+                where=plan.where,
+                filtering=filtering,
             )
-        return self.collection.search(vectors, k, route.dimension, route.index, route.scoring)
+        return self.collection.search(
+            vectors,
+            plan.k,
+            route.dimension,
+            route.index,
+            route.scoring,
+            where=plan.where,
+            filtering=filtering,
+        )
 
     def _matches(self, hits: list[list[Hit]]) -> list[list[Match]]:
         """Each query's hits with their stored text and metadata, read with one store call (a
@@ -234,19 +282,25 @@ class Searcher:
         for row, route in enumerate(routes):
             groups[route].append(row)
         hits: list[list[Hit]] = [[] for _ in routes]
+        reports: list[FilterReport | None] = [None] * len(routes)
         c2f_timings: dict[str, float] = {}
         for route, rows in groups.items():
             group_started = time.perf_counter()
-            found = self._search(route, vectors[rows], plan.k, c2f_timings)
-            for row, row_hits in zip(rows, found, strict=True):
+            filtering: dict = {}
+            found = self._search(route, vectors[rows], plan, c2f_timings, filtering)
+            for position, (row, row_hits) in enumerate(zip(rows, found, strict=True)):
                 hits[row] = row_hits
+                if plan.where is not None:
+                    reports[row] = _report(filtering, position)
             self.metrics.search_seconds.labels(
                 dimension=str(route.dimension), index=route.index, rerank=route.rerank
             ).observe(time.perf_counter() - group_started)
         searched = time.perf_counter()
         results = [
-            QueryResult(route, decision, matches)
-            for route, decision, matches in zip(routes, decisions, self._matches(hits), strict=True)
+            QueryResult(route, decision, matches, report)
+            for route, decision, matches, report in zip(
+                routes, decisions, self._matches(hits), reports, strict=True
+            )
         ]
         return SearchOutcome(
             results,
@@ -255,3 +309,25 @@ class Searcher:
             rerank_seconds=c2f_timings.get("rerank", 0.0),
             fetch_seconds=time.perf_counter() - searched,
         )
+
+
+def parse_where(value: object | None) -> Filter | None:
+    """A request's ``filter`` (a decoded JSON object, or JSON text), or None; a bad one is a
+    422 whose ``param`` is the JSON path of the offending part."""
+    if value is None:
+        return None
+    try:
+        return parse_filter_json(value) if isinstance(value, str) else parse_filter(value)
+    except FilterError as exc:
+        raise InvalidRequest(str(exc), exc.path) from None
+
+
+def _report(filtering: dict, position: int) -> FilterReport:
+    """The filter report of the ``position``-th query of one collection call."""
+    return FilterReport(
+        mode=filtering.get("mode", "exact_subset"),  # no match: nothing left to search
+        matching=filtering.get("matching", 0),
+        resolve_ms=1000.0 * filtering.get("resolve_seconds", 0.0),
+        ef_search=filtering.get("ef_search"),
+        fallback=position in filtering.get("fallback", ()),
+    )

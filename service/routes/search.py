@@ -66,8 +66,28 @@ class SearchOptions(BaseModel):
     )
 
 
+FILTER_GRAMMAR = (
+    "Keep only documents whose metadata match: a condition "
+    '{"key": K, OP: V} with OP one of eq (a string, number or boolean), in (a list of 1-1,024 '
+    "of them), gt / gte / lt / lte (a number or a string; a lower and an upper bound may be "
+    'combined), exists (true / false); or {"and": [...]}, {"or": [...]} (1-64 filters), '
+    '{"not": filter}. K is a metadata key, a dotted path for nested objects ("user.country"); '
+    "a list value matches when one of its elements does; values of different types never "
+    "compare equal. At most 8 levels, 64 conditions and 4,096 values in all the in lists. "
+    "Applied inside the index search on "
+    "every route, so k hits come back whenever k documents match; the route says how "
+    "(route.filter). A bad filter is a 422 whose param is the JSON path of the offending part "
+    "(e.g. filter.and[1].gte)."
+)
+
+
 class SearchQuery(SearchOptions):
     q: Text = Field(description="The query text (at most FRACTAL_MAX_CHARS characters).")
+    filter: str | None = Field(
+        None,
+        description="A metadata filter as JSON text (URL-encoded), e.g. "
+        '{"key":"class","eq":"Business"}. ' + FILTER_GRAMMAR,
+    )
 
 
 class SearchBatch(SearchOptions):
@@ -76,6 +96,12 @@ class SearchBatch(SearchOptions):
     queries: TextList = Field(
         min_length=1,
         description="At most FRACTAL_MAX_TEXTS queries of at most FRACTAL_MAX_CHARS characters.",
+    )
+    filter: dict[str, Any] | None = Field(
+        None,
+        description="A metadata filter, applied to every query, e.g. "
+        '{"and": [{"key": "class", "eq": "Business"}, {"key": "year", "gte": 2020}]}. '
+        + FILTER_GRAMMAR,
     )
 
 
@@ -101,6 +127,28 @@ class AutoRouteOut(FromAttributes):
     fine_confidence: float | None
 
 
+class FilterRouteOut(FromAttributes):
+    """How the metadata filter was applied to this query."""
+
+    mode: Literal["exact_subset", "selector", "scan"] = Field(
+        description="exact_subset: exact scores of the matching documents alone (few match); "
+        "selector: the HNSW graph walked with the matching ids as its FAISS IDSelector and a "
+        "raised efSearch; scan: the exact or PQ index's exhaustive scan, keeping the matching "
+        "documents."
+    )
+    matching: int = Field(description="Documents the filter matched.")
+    resolve_ms: float = Field(
+        description="Time to list the matching documents from the store's metadata index "
+        "(next to nothing when the same filter was listed since the last write)."
+    )
+    ef_search: int | None = Field(None, description="selector on HNSW: the efSearch used.")
+    fallback: bool = Field(
+        False,
+        description="selector: the walk found fewer than k matching documents for this query, "
+        "so the exact subset answered it.",
+    )
+
+
 class RouteOut(FromAttributes):
     """The path a query actually took."""
 
@@ -115,6 +163,7 @@ class RouteOut(FromAttributes):
     )
     shortlist_k: int | None = Field(None, description="c2f: the shortlist's size.")
     auto: AutoRouteOut | None = None
+    filter: FilterRouteOut | None = Field(None, description="With a filter: how it was applied.")
 
 
 class QueryResultOut(BaseModel):
@@ -145,7 +194,12 @@ class BatchSearchResponse(BaseModel):
 
 
 def _result(query: str, requested: str, result: QueryResult) -> QueryResultOut:
-    route = {**asdict(result.route), "requested_granularity": requested, "auto": result.auto}
+    route = {
+        **asdict(result.route),
+        "requested_granularity": requested,
+        "auto": result.auto,
+        "filter": result.filter,
+    }
     return QueryResultOut(query=query, route=RouteOut.model_validate(route), hits=result.matches)
 
 
@@ -163,7 +217,7 @@ async def _run(
     runtime: Runtime,
     request: Request,
     queries: list[str],
-    options: SearchOptions,
+    options: SearchQuery | SearchBatch,
 ) -> tuple[list[QueryResultOut], Timings]:
     plan = runtime.collections.get(options.collection).searcher.plan(
         k=options.k,
@@ -172,6 +226,7 @@ async def _run(
         rerank=options.rerank,
         scoring=options.scoring,
         shortlist_dim=options.shortlist_dim,
+        filter=options.filter,
     )
     outcome, encode_seconds = await runtime.search(queries, plan, collection=options.collection)
     dimensions = {result.route.dimension for result in outcome.results}

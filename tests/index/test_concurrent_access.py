@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from index import Collection
-from index.collection import CHUNK
+from index.collection import CHUNK, FilterParams
+from index.filters import parse_filter
 from index.locking import ReadWriteLock
 
 
@@ -135,3 +136,70 @@ def test_a_writer_waits_for_readers_and_then_readers_waiting_go_before_the_next_
     for thread in (first, writer_a, late_reader):
         thread.join()
     assert events == ["reader 1 out", "writer a in", "reader 2 in"]
+
+
+def test_filtered_searches_during_writes_return_only_matching_documents(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    """Every path of a filtered search (graph walk, scan, exact subset) while another thread
+    upserts, replaces and deletes: hits always match the filter (a document's group is in its
+    id and never changes), and ten come back (at least ten always match)."""
+    collection = Collection(tmp_path, 32, (8, 32), ("exact", "hnsw"))
+    names = [f"g{i % 3}-{i}" for i in range(300)]
+    collection.upsert(names, ["t"] * 300, rng.standard_normal((300, 32)), _groups(names))
+    errors: list[BaseException] = []
+    searches = [0]
+    writing = threading.Event()
+    writing.set()
+    where = parse_filter({"key": "group", "eq": 0})
+
+    def writer() -> None:
+        try:
+            local = np.random.default_rng(11)
+            for round_ in range(15):
+                batch = [f"g{i % 3}-r{round_}-{i}" for i in range(30)] + [f"g0-{3 * round_}"]
+                collection.upsert(
+                    batch, ["t"] * 31, local.standard_normal((31, 32)), _groups(batch)
+                )
+                collection.delete([f"g0-{150 + 3 * round_}", f"g1-{1 + 3 * round_}"])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            writing.clear()
+
+    def searcher(seed: int) -> None:
+        local = np.random.default_rng(seed)
+        paths = [FilterParams(exact_subset_scale=0.0), FilterParams(exact_subset_scale=1e9)]
+        try:
+            while writing.is_set():
+                collection.filters = paths[searches[0] % 2]
+                queries = local.standard_normal((3, 32)).astype(np.float32)
+                batches = [
+                    collection.search(queries, 10, 8, "hnsw", where=where),
+                    collection.search(queries, 10, 32, "exact", where=where),
+                    collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw", where=where),
+                ]
+                for hits in (row for batch in batches for row in batch):
+                    ids = [hit.id for hit in hits]
+                    assert len(ids) == 10 and len(set(ids)) == 10, ids
+                    assert all(name.startswith("g0-") for name in ids), ids
+                    scores = [hit.score for hit in hits]
+                    assert scores == sorted(scores, reverse=True)
+                searches[0] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=searcher, args=(seed,)) for seed in range(2)]
+    threads.append(threading.Thread(target=writer))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert searches[0] > 0
+    group0 = {hit.id for hit in collection.search(np.ones(32), 1000, 32, "exact", where=where)[0]}
+    assert all(name.startswith("g0-") and collection.get(name) for name in group0)
+
+
+def _groups(names: list[str]) -> list[dict]:
+    return [{"group": int(name[1])} for name in names]

@@ -101,6 +101,7 @@ def test_exact_search_at_each_granularity_matches_numpy(
             "shortlist_dimension": None,
             "shortlist_k": None,
             "auto": None,
+            "filter": None,
         }
         assert len(result["hits"]) == K
     _check_ranking(results, _cosines(queries, documents, dim), client.ids)
