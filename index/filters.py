@@ -444,3 +444,94 @@ def indexed_values(metadata: dict) -> list[tuple[str, object]]:
     for name, member in metadata.items():
         visit(str(name), member, False)
     return [(key, value) for key, _, value in pairs]
+
+
+# -- the grammar as JSON Schema -----------------------------------------------------------------
+
+FLOAT_MAX = 1.7976931348623157e308
+
+
+def json_schemas(ref_prefix: str) -> dict[str, dict]:
+    """The grammar as JSON Schema, for an API's contract: named schemas (``MetadataFilter`` and
+    its parts) whose ``$ref`` s start with ``ref_prefix`` (``#/components/schemas/``). It states
+    everything about one filter object but the limits across levels (:data:`MAX_DEPTH`,
+    :data:`MAX_CONDITIONS` in all, :data:`MAX_VALUES` in all), which the parser checks."""
+
+    def ref(name: str) -> dict:
+        return {"$ref": f"{ref_prefix}{name}"}
+
+    key = {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS}
+    number_schema = {"type": "number", "minimum": -FLOAT_MAX, "maximum": FLOAT_MAX}
+    string_schema = {"type": "string", "maxLength": MAX_STRING_CHARS}
+    scalar = {"anyOf": [string_schema, number_schema, {"type": "boolean"}]}
+
+    def condition(operators: dict[str, dict], required: list[str], **extra: object) -> dict:
+        return {
+            "type": "object",
+            "properties": {"key": key, **operators},
+            "required": ["key", *required],
+            "additionalProperties": False,
+            **extra,
+        }
+
+    def bounds(kind: dict) -> dict:
+        """A range whose bounds are all of one kind: one or two, at most one per side."""
+        return condition(
+            {op: kind for op in (*LOWER_BOUNDS, *UPPER_BOUNDS)},
+            [],
+            minProperties=2,
+            allOf=[
+                {"not": {"required": list(LOWER_BOUNDS)}},
+                {"not": {"required": list(UPPER_BOUNDS)}},
+            ],
+        )
+
+    children = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_CONDITIONS,
+        "items": ref("MetadataFilter"),
+    }
+    return {
+        "MetadataFilter": {
+            "description": "A metadata filter: a condition on one key ({key, eq | in | gt/gte "
+            "and/or lt/lte | exists}) or and / or (1 to 64 filters) / not (one filter). At "
+            f"most {MAX_DEPTH} levels, {MAX_CONDITIONS} conditions and {MAX_VALUES} 'in' "
+            "values in all.",
+            "oneOf": [
+                condition({"eq": scalar}, ["eq"]),
+                condition(
+                    {
+                        "in": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": MAX_IN_VALUES,
+                            "items": scalar,
+                        }
+                    },
+                    ["in"],
+                ),
+                condition({"exists": {"type": "boolean"}}, ["exists"]),
+                bounds(number_schema),
+                bounds(string_schema),
+                {
+                    "type": "object",
+                    "properties": {"and": children},
+                    "required": ["and"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {"or": children},
+                    "required": ["or"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {"not": ref("MetadataFilter")},
+                    "required": ["not"],
+                    "additionalProperties": False,
+                },
+            ],
+        }
+    }

@@ -107,6 +107,7 @@ def _contract(app: FastAPI) -> Callable[[], dict[str, Any]]:
             app.openapi_schema = None
             with limits_bound(limits):
                 schema = document_security(document_unreadable_bodies(build()), settings)
+                schema = search.document_filters(schema)
                 built[:] = [limits, settings, schema]
         return built[2]
 

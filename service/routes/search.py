@@ -6,8 +6,9 @@ from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 
+from index.filters import json_schemas
 from service.errors import error_responses
 from service.limits import (
     BuiltIndex,
@@ -24,6 +25,8 @@ from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
 
 router = APIRouter(tags=["search"])
+
+FILTER_SCHEMA_REF = "#/components/schemas/MetadataFilter"
 
 MS = 1000.0
 
@@ -97,7 +100,10 @@ class SearchBatch(SearchOptions):
         min_length=1,
         description="At most FRACTAL_MAX_TEXTS queries of at most FRACTAL_MAX_CHARS characters.",
     )
-    filter: dict[str, Any] | None = Field(
+    filter: Annotated[
+        dict[str, Any] | None,
+        WithJsonSchema({"anyOf": [{"$ref": FILTER_SCHEMA_REF}, {"type": "null"}]}),
+    ] = Field(
         None,
         description="A metadata filter, applied to every query, e.g. "
         '{"and": [{"key": "class", "eq": "Business"}, {"key": "year", "gte": 2020}]}. '
@@ -259,3 +265,20 @@ async def search_batch(
     """Search the documents with several queries sharing the same options."""
     results, timings = await _run(runtime, request, body.queries, body)
     return BatchSearchResponse(results=results, timings_ms=timings)
+
+
+def document_filters(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the filter grammar (:func:`index.filters.json_schemas`) as components,
+    referred to by ``POST /search``'s ``filter`` and, as JSON content, by ``GET /search``'s
+    ``filter`` query parameter."""
+    schema.setdefault("components", {}).setdefault("schemas", {}).update(
+        json_schemas(FILTER_SCHEMA_REF.removesuffix("MetadataFilter"))
+    )
+    for parameter in schema["paths"]["/search"]["get"].get("parameters", []):
+        if parameter["name"] == "filter":
+            description = parameter.get("description") or parameter["schema"].get("description")
+            parameter.pop("schema")
+            parameter["content"] = {"application/json": {"schema": {"$ref": FILTER_SCHEMA_REF}}}
+            if description:
+                parameter["description"] = description
+    return schema

@@ -13,6 +13,8 @@ from typing import Any
 
 import schemathesis
 
+from index.filters import MAX_CONDITIONS, MAX_DEPTH, MAX_VALUES
+
 SCHEMA_VALID_REJECTED = "ST202"
 RULES_BETWEEN_FIELDS = (
     "give dims or granularity, not both",  # POST /embed
@@ -21,6 +23,11 @@ RULES_BETWEEN_FIELDS = (
     "rerank 'c2f' re-ranks by cosine",  # /search: not with scoring=sfs
     "repeats an earlier id of this request",  # POST /documents, /documents/vectors
     "repeat the collection's name in the body",  # DELETE /collections/{name}: path = body
+    # /search filter: limits over the whole filter, across its levels (the schema states each
+    # level's own: 1-64 filters per and / or, 1-1,024 values per in)
+    f"filters nest at most {MAX_DEPTH} levels deep",
+    f"a filter holds at most {MAX_CONDITIONS} conditions",
+    f"hold at most {MAX_VALUES} values in all",
 )
 
 
