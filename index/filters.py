@@ -22,9 +22,9 @@ Semantics, per document:
   matches ``{"not": {"key": "k", "eq": 1}}``.
 
 Limits: 8 levels of nesting, 64 conditions, 1,024 values per ``in`` and 4,096 in all, keys of
-1 … 256 characters, strings of at most 1,024. Anything else is a :class:`FilterError` that
-carries the JSON path of the offending part (``filter.and[1].gte``), which the service reports
-as the error's ``param``.
+1 … 256 characters, strings of at most 1,024, numbers within ±1e22. Anything else is a
+:class:`FilterError` that carries the JSON path of the offending part (``filter.and[1].gte``),
+which the service reports as the error's ``param``.
 
 Pure Python: no FAISS, no FastAPI; the store (:mod:`index.store`) runs the SQL this module makes.
 """
@@ -45,6 +45,10 @@ MAX_KEY_CHARS = 256
 MAX_STRING_CHARS = 1024
 MAX_INTEGER = 2**63 - 1
 """Integers beyond SQLite's 64 bits are compared as floats."""
+MAX_MAGNITUDE = 10**22
+"""Numbers are within ±1e22: the largest power of ten a float holds exactly, so that this check
+and the schema's ``minimum`` / ``maximum`` (JSON decimals) agree on every value, integers
+beyond any float and floats next to the bound included (int64 and nanosecond timestamps fit)."""
 
 LOWER_BOUNDS = ("gt", "gte")
 UPPER_BOUNDS = ("lt", "lte")
@@ -272,8 +276,10 @@ def _scalar(value: object, path: str) -> Scalar:
             )
         return value
     if isinstance(value, int | float):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise FilterError("numbers must be finite", path)
+        if not -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE:  # exact for ints of any size
+            raise FilterError("numbers are at most 1e22 in magnitude", path)
         return number(value)
     hint = ' (use "exists" to test for a key)' if value is None else ""
     raise FilterError(
@@ -448,8 +454,6 @@ def indexed_values(metadata: dict) -> list[tuple[str, object]]:
 
 # -- the grammar as JSON Schema -----------------------------------------------------------------
 
-FLOAT_MAX = 1.7976931348623157e308
-
 
 def json_schemas(ref_prefix: str) -> dict[str, dict]:
     """The grammar as JSON Schema, for an API's contract: named schemas (``MetadataFilter`` and
@@ -461,7 +465,7 @@ def json_schemas(ref_prefix: str) -> dict[str, dict]:
         return {"$ref": f"{ref_prefix}{name}"}
 
     key = {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS}
-    number_schema = {"type": "number", "minimum": -FLOAT_MAX, "maximum": FLOAT_MAX}
+    number_schema = {"type": "number", "minimum": -MAX_MAGNITUDE, "maximum": MAX_MAGNITUDE}
     string_schema = {"type": "string", "maxLength": MAX_STRING_CHARS}
     scalar = {"anyOf": [string_schema, number_schema, {"type": "boolean"}]}
 

@@ -5,6 +5,7 @@ documents)."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from index.filters import (
     Not,
     Or,
     Range,
+    json_schemas,
     parse_filter,
     parse_filter_json,
 )
@@ -236,3 +238,27 @@ def test_a_store_made_before_the_metadata_index_gets_one_at_open(tmp_path: Path)
     assert matching(reopened, {"key": "tags", "eq": "b"}) == [0, 1]
     reopened.upsert([Document("new", "text", vector, {"class": "Business"})])
     assert matching(reopened, {"key": "class", "eq": "Business"}) == [0, 2, len(METADATA)]
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        (10**22, True),
+        (1e22, True),
+        (-(10**22), True),
+        (10**22 + 1, False),  # an integer JSON carries exactly, one past the schema's maximum
+        (-(10**22) - 1, False),
+        (math.nextafter(1e22, math.inf), False),
+        (10**400, False),  # beyond any float: refused, not an overflow
+    ],
+)
+def test_numbers_are_bounded_exactly_as_the_schema_says(value: float, accepted: bool) -> None:
+    """The parser and ``json_schemas``'s ``minimum`` / ``maximum`` agree on every number."""
+    schema = json_schemas("#/")["MetadataFilter"]["oneOf"][3]["properties"]["lte"]
+    in_schema = schema["minimum"] <= value <= schema["maximum"]
+    assert in_schema == accepted
+    if accepted:
+        parse_filter({"key": "a", "lte": value})
+    else:
+        with pytest.raises(FilterError, match="at most 1e22 in magnitude"):
+            parse_filter({"key": "a", "lte": value})
