@@ -39,12 +39,10 @@ is the whole ``search`` / ``search_c2f`` call. Writes ``filters{,_smoke}.{json,m
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,6 +53,7 @@ from matplotlib.figure import Figure
 from benchmarks.harness.labelled_mixture import LabelledMixture, LabelledVectors, toy_labelled
 from benchmarks.harness.markdown import bullet_list, markdown_table
 from benchmarks.harness.runner import Progress, option
+from benchmarks.harness.search_measure import faiss_threads
 from index import Collection, HnswParams, PqParams
 from index.collection import FilterParams
 from index.filters import Filter, parse_filter
@@ -230,16 +229,6 @@ def _rerank(shortlists: np.ndarray, queries: np.ndarray, full: np.ndarray) -> np
 
 
 # -- collection -------------------------------------------------------------------------------
-
-
-@contextmanager
-def _threads(count: int) -> Iterator[None]:
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(count or os.cpu_count() or 1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
 
 
 def _open(path: Path, settings: Settings, storage: str | None) -> Collection:
@@ -466,7 +455,7 @@ def _import(
     shortlists = FilteredTopK(spaces["cosine-64"](queries), K * settings.factor, EVERY)
     full = np.empty((settings.documents, settings.dim), np.float32)
     started, brute_force_s, offset = time.perf_counter(), 0.0, 0
-    with _threads(settings.build_threads), _open(path, settings, None) as collection:
+    with faiss_threads(settings.build_threads), _open(path, settings, None) as collection:
         for part in chunks():
             rows = np.arange(offset + 1, offset + len(part) + 1)
             full[offset : offset + len(part)] = part
@@ -557,7 +546,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         progress(f"import: {build['import_per_s']:,.0f} documents/s (metadata indexed)")
         for storage, routes in LAYOUTS.items():
             started = time.perf_counter()
-            with _threads(settings.build_threads):
+            with faiss_threads(settings.build_threads):
                 collection = _open(path, settings, storage)
             build[f"{storage}_layout_s"] = time.perf_counter() - started
             progress(f"{storage} layout built in {build[f'{storage}_layout_s']:.0f} s")

@@ -80,7 +80,14 @@ from benchmarks.harness.labelled_mixture import (
 from benchmarks.harness.markdown import bullet_list, markdown_table
 from benchmarks.harness.restart_probe import probe
 from benchmarks.harness.runner import Progress, bundle_folder, option
-from benchmarks.harness.search_measure import Case, Search, first_reaching, measure, recall_at_k
+from benchmarks.harness.search_measure import (
+    Case,
+    Search,
+    faiss_threads,
+    first_reaching,
+    measure,
+    recall_at_k,
+)
 from bundle import Manifest, load_bundle
 from index import Collection, Hit, HnswParams
 from index.vectors import prefix_unit, unit_rows
@@ -379,16 +386,6 @@ def _folder_bytes(path: Path) -> dict:
     }
 
 
-@contextmanager
-def _threads(count: int) -> Iterator[None]:
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(count or os.cpu_count() or 1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
-
-
 # -- fidelity ---------------------------------------------------------------------------------
 
 
@@ -410,7 +407,7 @@ def fidelity(
             exact.append(
                 {"set": name, "dim": dim, **task_quality(truth.ids, labelled, real.queries)}
             )
-            with _threads(settings.build_threads):
+            with faiss_threads(settings.build_threads):
                 graph = hnsw_graph(dim, settings)
                 graph.add(base)
             for ef in settings.ef_values:
@@ -544,7 +541,7 @@ def import_and_build(
     if settings.bundle is not None:  # the service opens only a folder that names its bundle
         path.mkdir(parents=True)
         check_bundle_record(path, _bundle(settings))
-    with _threads(settings.build_threads), _collection(path, settings) as collection:
+    with faiss_threads(settings.build_threads), _collection(path, settings) as collection:
         started = time.perf_counter()
         for index, part in enumerate(mixture.chunks(n, settings.seed + n, settings.chunk)):
             seconds["generate"] += time.perf_counter() - started
@@ -999,8 +996,10 @@ def run(settings: Settings, progress: Progress) -> dict:
         raise ValueError(f"every --shortlist-dims must be below {settings.dim}")
     if settings.bundle is not None:
         manifest = _bundle(settings)
-        if settings.keep_index is not None and settings.shortlist_dims and (
-            manifest.shortlist_dim not in settings.shortlist_dims
+        if (
+            settings.keep_index is not None
+            and settings.shortlist_dims
+            and (manifest.shortlist_dim not in settings.shortlist_dims)
         ):
             progress(
                 f"note: the service indexes the bundle's shortlist prefix "
@@ -1012,7 +1011,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         "settings": asdict(settings),
         "sizes": [],
     }
-    with _work_folder(settings) as work, _threads(1):
+    with _work_folder(settings) as work, faiss_threads(1):
         real = _real(settings, work, progress)
         settings = with_shortlist_dims(settings, real, progress)
         results["settings"] = asdict(settings)  # with the shortlist prefixes built

@@ -8,12 +8,26 @@ between them stay fair. Single-query latency times one ``search`` call per query
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import faiss
 import numpy as np
+
+
+@contextmanager
+def faiss_threads(count: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``count`` (0: every core) inside the block, restored after."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(count or os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
 
 Search = Callable[[np.ndarray], object]
 """Runs one search for a ``(n, dim)`` query matrix; its result is not used for timing."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,52 +21,30 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
     initial = [f"d{i}" for i in range(300)]
     collection.upsert(initial, ["t"] * 300, rng.standard_normal((300, 32)))
     ever_written = set(initial)
-    errors: list[BaseException] = []
-    searches = [0]
-    writing = threading.Event()
-    writing.set()
 
-    def writer() -> None:
-        try:
-            local = np.random.default_rng(7)
-            for round_ in range(15):
-                names = [f"r{round_}-{i}" for i in range(40)] + [f"d{round_}"]  # one replacement
-                ever_written.update(names)
-                collection.upsert(names, ["t"] * len(names), local.standard_normal((41, 32)))
-                collection.delete([f"d{100 + round_}", f"r{round_ - 1}-0"])
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-        finally:
-            writing.clear()
+    def write() -> None:
+        local = np.random.default_rng(7)
+        for round_ in range(15):
+            names = [f"r{round_}-{i}" for i in range(40)] + [f"d{round_}"]  # one replacement
+            ever_written.update(names)
+            collection.upsert(names, ["t"] * len(names), local.standard_normal((41, 32)))
+            collection.delete([f"d{100 + round_}", f"r{round_ - 1}-0"])
 
-    def searcher(seed: int) -> None:
-        local = np.random.default_rng(seed)
-        try:
-            while writing.is_set():
-                queries = local.standard_normal((3, 32)).astype(np.float32)
-                batches = [
-                    collection.search(queries, 10, 8, "hnsw"),
-                    collection.search(queries, 10, 32, "exact", "sfs"),
-                    collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw"),
-                ]
-                for hits in (row for batch in batches for row in batch):
-                    ids = [hit.id for hit in hits]
-                    assert len(ids) == 10 and len(set(ids)) == 10, ids
-                    assert set(ids) <= ever_written, set(ids) - ever_written
-                    scores = [hit.score for hit in hits]
-                    assert scores == sorted(scores, reverse=True)
-                searches[0] += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
+    def search_once(local: np.random.Generator, _: int) -> None:
+        queries = local.standard_normal((3, 32)).astype(np.float32)
+        batches = [
+            collection.search(queries, 10, 8, "hnsw"),
+            collection.search(queries, 10, 32, "exact", "sfs"),
+            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw"),
+        ]
+        for hits in (row for batch in batches for row in batch):
+            ids = [hit.id for hit in hits]
+            assert len(ids) == 10 and len(set(ids)) == 10, ids
+            assert set(ids) <= ever_written, set(ids) - ever_written
+            scores = [hit.score for hit in hits]
+            assert scores == sorted(scores, reverse=True)
 
-    threads = [threading.Thread(target=searcher, args=(seed,)) for seed in range(3)]
-    threads.append(threading.Thread(target=writer))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    assert searches[0] > 0
+    assert _search_while_writing(write, search_once, readers=3) > 0
 
     live = set(initial) | {f"r{r}-{i}" for r in range(15) for i in range(40)}
     live -= {f"d{100 + r}" for r in range(15)} | {f"r{r}-0" for r in range(14)}
@@ -147,21 +126,55 @@ def test_filtered_searches_during_writes_return_only_matching_documents(
     collection = Collection(tmp_path, 32, (8, 32), ("exact", "hnsw"))
     names = [f"g{i % 3}-{i}" for i in range(300)]
     collection.upsert(names, ["t"] * 300, rng.standard_normal((300, 32)), _groups(names))
+    where = parse_filter({"key": "group", "eq": 0})
+
+    def write() -> None:
+        local = np.random.default_rng(11)
+        for round_ in range(15):
+            batch = [f"g{i % 3}-r{round_}-{i}" for i in range(30)] + [f"g0-{3 * round_}"]
+            collection.upsert(batch, ["t"] * 31, local.standard_normal((31, 32)), _groups(batch))
+            collection.delete([f"g0-{150 + 3 * round_}", f"g1-{1 + 3 * round_}"])
+
+    paths = [FilterParams(exact_subset_scale=0.0), FilterParams(exact_subset_scale=1e9)]
+
+    def search_once(local: np.random.Generator, searches: int) -> None:
+        collection.filters = paths[searches % 2]
+        queries = local.standard_normal((3, 32)).astype(np.float32)
+        batches = [
+            collection.search(queries, 10, 8, "hnsw", where=where),
+            collection.search(queries, 10, 32, "exact", where=where),
+            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw", where=where),
+        ]
+        for hits in (row for batch in batches for row in batch):
+            ids = [hit.id for hit in hits]
+            assert len(ids) == 10 and len(set(ids)) == 10, ids
+            assert all(name.startswith("g0-") for name in ids), ids
+            scores = [hit.score for hit in hits]
+            assert scores == sorted(scores, reverse=True)
+
+    assert _search_while_writing(write, search_once, readers=2) > 0
+    group0 = {hit.id for hit in collection.search(np.ones(32), 1000, 32, "exact", where=where)[0]}
+    assert all(name.startswith("g0-") and collection.get(name) for name in group0)
+
+
+def _groups(names: list[str]) -> list[dict]:
+    return [{"group": int(name[1])} for name in names]
+
+
+def _search_while_writing(
+    write: Callable[[], None], search_once: Callable[[np.random.Generator, int], None], readers: int
+) -> int:
+    """Run ``write`` in one thread and ``search_once(rng, searches so far)`` in a loop in
+    ``readers`` others until the writer is done; re-raise the first error of any thread; the
+    number of searches."""
     errors: list[BaseException] = []
     searches = [0]
     writing = threading.Event()
     writing.set()
-    where = parse_filter({"key": "group", "eq": 0})
 
     def writer() -> None:
         try:
-            local = np.random.default_rng(11)
-            for round_ in range(15):
-                batch = [f"g{i % 3}-r{round_}-{i}" for i in range(30)] + [f"g0-{3 * round_}"]
-                collection.upsert(
-                    batch, ["t"] * 31, local.standard_normal((31, 32)), _groups(batch)
-                )
-                collection.delete([f"g0-{150 + 3 * round_}", f"g1-{1 + 3 * round_}"])
+            write()
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
         finally:
@@ -169,37 +182,18 @@ def test_filtered_searches_during_writes_return_only_matching_documents(
 
     def searcher(seed: int) -> None:
         local = np.random.default_rng(seed)
-        paths = [FilterParams(exact_subset_scale=0.0), FilterParams(exact_subset_scale=1e9)]
         try:
             while writing.is_set():
-                collection.filters = paths[searches[0] % 2]
-                queries = local.standard_normal((3, 32)).astype(np.float32)
-                batches = [
-                    collection.search(queries, 10, 8, "hnsw", where=where),
-                    collection.search(queries, 10, 32, "exact", where=where),
-                    collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw", where=where),
-                ]
-                for hits in (row for batch in batches for row in batch):
-                    ids = [hit.id for hit in hits]
-                    assert len(ids) == 10 and len(set(ids)) == 10, ids
-                    assert all(name.startswith("g0-") for name in ids), ids
-                    scores = [hit.score for hit in hits]
-                    assert scores == sorted(scores, reverse=True)
+                search_once(local, searches[0])
                 searches[0] += 1
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=searcher, args=(seed,)) for seed in range(2)]
+    threads = [threading.Thread(target=searcher, args=(seed,)) for seed in range(readers)]
     threads.append(threading.Thread(target=writer))
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors, errors
-    assert searches[0] > 0
-    group0 = {hit.id for hit in collection.search(np.ones(32), 1000, 32, "exact", where=where)[0]}
-    assert all(name.startswith("g0-") and collection.get(name) for name in group0)
-
-
-def _groups(names: list[str]) -> list[dict]:
-    return [{"group": int(name[1])} for name in names]
+    return searches[0]
