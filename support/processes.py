@@ -1,4 +1,5 @@
-"""Real server processes on free loopback ports: the Fractal service and ``redis-server``.
+"""Real server processes on free loopback ports: the Fractal service, ``redis-server`` and a
+``milvus-lite`` server (the Milvus index backend's development engine).
 
     with live_service(bundle, index_dir, log, index_kinds="hnsw") as base_url:
         httpx.get(f"{base_url}/info")
@@ -35,6 +36,7 @@ SERVER_START_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: the service process runs from here, so that it imports this tree's code."""
 INSTALL = "apt-get install -y redis-server prometheus docker-compose wrk"
+MILVUS_INSTALL = "pip install -e '.[scale]'"
 
 
 class MissingBinary(RuntimeError):
@@ -45,11 +47,11 @@ class ProcessFailed(RuntimeError):
     """A process exited, or did not become ready, while it was being waited for."""
 
 
-def find_binary(name: str) -> str:
+def find_binary(name: str, install: str = INSTALL) -> str:
     """The path of the binary ``name``; :class:`MissingBinary` naming the install command."""
-    path = shutil.which(name)
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
-        raise MissingBinary(f"{name} is not installed; install it with: {INSTALL}")
+        raise MissingBinary(f"{name} is not installed; install it with: {install}")
     return path
 
 
@@ -240,3 +242,58 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=5.0)
+
+
+@dataclass
+class MilvusServer:
+    """``milvus-lite server`` (a Milvus-protocol gRPC server) on 127.0.0.1:``port`` with its data
+    in ``directory/milvus``; restartable on that port with the same data (one process per data
+    directory, as milvus-lite requires)."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "milvus.log"
+
+    def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+        """Start it and wait until it lists its collections; :class:`MissingBinary` when
+        milvus-lite is not installed."""
+        command = [find_binary("milvus-lite", MILVUS_INSTALL), "server"]
+        command += ["--data-dir", str(self.directory / "milvus"), "--host", "127.0.0.1"]
+        command += ["--port", str(self.port)]
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+        wait_until(self._answers, f"milvus-lite on port {self.port}", timeout_s)
+
+    def _answers(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ProcessFailed(f"milvus-lite exited: {log_tail(self.log)}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: Milvus vanishes mid-conversation, as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ten seconds."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self.kill()

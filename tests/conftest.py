@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support.processes import RedisServer
-from tests.servers import start_redis
+from support.processes import MilvusServer, RedisServer
+from tests.servers import start_milvus, start_redis
 from tests.service.bundles import identity_bundle, v5_bundle
 from tests.tiny_bundle import build_tiny_bundle
 
@@ -59,3 +59,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     finally:
         server.resume()
         server.kill()
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    """One ``milvus-lite`` server for the session (tests keep apart by collection prefix,
+    ``FRACTAL_MILVUS_PREFIX``); stopped at the end. Tests that kill it start their own."""
+    server = start_milvus(tmp_path_factory.mktemp("milvus"))
+    try:
+        yield server
+    finally:
+        server.stop()

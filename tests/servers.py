@@ -19,6 +19,9 @@ import httpx
 import pytest
 
 from support.processes import (
+    INSTALL,
+    MILVUS_INSTALL,
+    MilvusServer,
     MissingBinary,
     ProcessFailed,
     RedisServer,
@@ -38,10 +41,10 @@ TEST_SETTINGS = {"snapshot_interval_s": "0", "encoder_threads": "1"}
 """Snapshots only at shutdown, and one encoder thread: test runs share a small machine."""
 
 
-def require_binary(name: str) -> str:
+def require_binary(name: str, install: str = INSTALL) -> str:
     """The binary's path; a failure under CI, a skip elsewhere, when it is not installed."""
     try:
-        return find_binary(name)
+        return find_binary(name, install)
     except MissingBinary as missing:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(str(missing))
@@ -52,6 +55,15 @@ def start_redis(directory: Path) -> RedisServer:
     """A started ``redis-server`` in ``directory`` (see :func:`require_binary`)."""
     require_binary("redis-server")
     server = RedisServer(directory)
+    server.start()
+    return server
+
+
+def start_milvus(directory: Path) -> MilvusServer:
+    """A started ``milvus-lite`` server with its data in ``directory`` (see
+    :func:`require_binary`)."""
+    require_binary("milvus-lite", MILVUS_INSTALL)
+    server = MilvusServer(directory)
     server.start()
     return server
 
