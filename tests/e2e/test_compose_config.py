@@ -1,29 +1,89 @@
 """``docker-compose.yml`` is valid for Debian's ``docker-compose`` (no Docker engine is needed
-to check it), and every file it mounts or builds from is in the repository."""
+to check it) in both its deployments, and every file it mounts or builds from is in the
+repository.
+
+- default (the ``embedded`` profile, which ``.env`` selects): one service on the embedded index;
+- ``--profile milvus``: stateless replicas of the service ``fractal`` (``--scale fractal=N``) on
+  Milvus standalone, behind nginx, each scraped by Prometheus. nginx's upstream and Prometheus's
+  discovery name that service and its port as the compose file defines them.
+
+``docker-compose config`` resolves the file (variables, merges) but, in Compose v1, does not
+drop the services of inactive profiles; :func:`_enabled` applies compose's rule."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
+from service.settings import Settings
 from support.processes import ROOT
 from tests.servers import require_binary
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-SERVICES = {"fractal", "redis", "prometheus", "grafana"}
+COMPOSE_ENV_FILE = ROOT / ".env"
+NGINX_CONFIG = ROOT / "docker" / "nginx" / "nginx.conf"
+SCRAPE_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"
+MILVUS_USER_CONFIG = ROOT / "docker" / "milvus" / "user.yaml"
+
+SCALED = "fractal"
+"""The service ``docker-compose --profile milvus up --scale fractal=N`` names."""
+SHARED = {"redis", "prometheus", "grafana"}
+DEPLOYMENTS = {
+    (): SHARED | {"fractal-embedded"},
+    ("milvus",): SHARED | {SCALED, "nginx", "milvus", "etcd", "minio"},
+}
+"""The services each command line runs: no --profile (the .env default), --profile milvus."""
 MOUNTED_ELSEWHERE = {"/bundle"}
 """Mount targets whose source the operator supplies (the bundle)."""
+MILVUS_VECTOR_FIELDS = 10
+"""Vector fields a Fractal collection may need: one per (scoring, prefix dim, index kind)."""
+NGINX_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'|[{};]|[^\s{};"\']+')
+"""A word of nginx.conf: double- or single-quoted, a brace or ``;``, or a bare word."""
+NGINX_RESOLVE = (1, 27, 3)
+"""The first open-source nginx with ``resolve`` on an upstream server."""
+PASSED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL")
+"""All compose sees of the caller's environment: no COMPOSE_PROFILES, no FRACTAL_PORT, so the
+checks are of the repository's defaults."""
 
 
-def _config() -> dict:
-    """The file as ``docker-compose config`` validates and resolves it (defaults filled in)."""
-    command = [require_binary("docker-compose"), "-f", str(COMPOSE_FILE), "config"]
-    resolved = subprocess.run(command, capture_output=True, text=True, timeout=60)
+def _config(*profiles: str) -> dict:
+    """The file as ``docker-compose config`` validates and resolves it (defaults filled in),
+    with the repository's ``.env`` and defaults, not the caller's variables."""
+    command = [require_binary("docker-compose"), "-f", str(COMPOSE_FILE)]
+    command += [option for profile in profiles for option in ("--profile", profile)]
+    env = {key: os.environ[key] for key in PASSED_ENVIRONMENT if key in os.environ}
+    resolved = subprocess.run(
+        [*command, "config"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert resolved.returncode == 0, resolved.stderr
     return yaml.safe_load(resolved.stdout)
+
+
+def _default_profiles() -> list[str]:
+    """COMPOSE_PROFILES from ``.env``: the profiles a command line without --profile runs."""
+    for line in COMPOSE_ENV_FILE.read_text(encoding="utf-8").splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "COMPOSE_PROFILES":
+            return [profile.strip() for profile in value.split(",") if profile.strip()]
+    return []
+
+
+def _enabled(config: dict, profiles: tuple[str, ...]) -> dict[str, dict]:
+    """The services compose runs: those without profiles and those of an active profile
+    (``--profile`` flags, else ``.env``'s default)."""
+    active = set(profiles) if profiles else set(_default_profiles())
+    return {
+        name: service
+        for name, service in config["services"].items()
+        if not service.get("profiles") or active & set(service["profiles"])
+    }
 
 
 def _mount(volume: str | dict) -> tuple[str, str]:
@@ -34,23 +94,150 @@ def _mount(volume: str | dict) -> tuple[str, str]:
     return source, target
 
 
-def test_compose_file_is_valid_and_complete() -> None:
-    config = _config()
-    services = config["services"]
-    assert set(services) == SERVICES
+def _port(port: str | dict) -> tuple[int | None, int]:
+    """(published, target) of a port in the long or the short (``[ip:]host:container``) syntax."""
+    if isinstance(port, dict):
+        published = port.get("published")
+        return (int(published) if published is not None else None), int(port["target"])
+    parts = str(port).split("/")[0].split(":")
+    return (int(parts[-2]) if len(parts) > 1 else None), int(parts[-1])
+
+
+def _deployment(profiles: tuple[str, ...]) -> dict[str, dict]:
+    services = _enabled(_config(*profiles), profiles)
+    assert set(services) == DEPLOYMENTS[profiles]
+    return services
+
+
+@pytest.mark.parametrize("profiles", list(DEPLOYMENTS), ids=["default", "milvus"])
+def test_each_deployment_is_valid_and_complete(profiles: tuple[str, ...]) -> None:
+    services = _deployment(profiles)
     for name, service in services.items():
         assert service["restart"] == "unless-stopped", name
         assert service["healthcheck"]["test"], name
-    dockerfile = Path(services["fractal"]["build"]["context"]) / services["fractal"]["build"][
-        "dockerfile"
-    ]
-    assert dockerfile.is_file()
-    for service in services.values():
+        missing = set(service.get("depends_on", {})) - set(services)
+        assert not missing, f"{name} depends on {missing}, which this deployment does not run"
         for volume in service.get("volumes", []):
             source, target = _mount(volume)
             if source.startswith("/") and target not in MOUNTED_ELSEWHERE:
                 assert Path(source).exists(), f"{source} (mounted at {target}) is missing"
-    assert services["fractal"]["environment"]["FRACTAL_REDIS_URL"] == "redis://redis:6379/0"
+        if "build" in service:
+            assert (Path(service["build"]["context"]) / service["build"]["dockerfile"]).is_file()
+            assert service["environment"]["FRACTAL_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_default_deployment_is_one_embedded_service() -> None:
+    (name,) = DEPLOYMENTS[()] - SHARED
+    service = _deployment(())[name]
+    assert service["environment"]["FRACTAL_INDEX_BACKEND"] == "embedded"
+    assert ("fractal-data", "/data") in [_mount(volume) for volume in service["volumes"]]
+    assert [_port(port) for port in service["ports"]] == [(8000, 8000)]
+    # Prometheus's discovery and the replicas share one name: the embedded service answers to it.
+    assert SCALED in service["networks"]["default"]["aliases"]
+
+
+def test_milvus_profile_runs_stateless_replicas() -> None:
+    services = _deployment(("milvus",))
+    replica = services[SCALED]
+    environment = replica["environment"]
+    assert environment["FRACTAL_INDEX_BACKEND"] == "milvus"
+    milvus_uri = urlsplit(environment["FRACTAL_MILVUS_URI"])
+    assert milvus_uri.hostname in services and milvus_uri.port == 19530
+    assert replica["depends_on"][milvus_uri.hostname]["condition"] == "service_healthy"
+    # Stateless and scalable: no volume under /data, no host port to collide on.
+    targets = [_mount(volume)[1] for volume in replica.get("volumes", [])]
+    assert not [target for target in targets if target == "/data" or target.startswith("/data/")]
+    assert "ports" not in replica
+    assert "--ready" in replica["healthcheck"]["test"]
+
+    mounts = dict(_mount(volume) for volume in services[milvus_uri.hostname]["volumes"])
+    assert mounts[str(MILVUS_USER_CONFIG)] == "/milvus/configs/user.yaml"
+    user_config = yaml.safe_load(MILVUS_USER_CONFIG.read_text(encoding="utf-8"))
+    assert user_config["proxy"]["maxVectorFieldNum"] == MILVUS_VECTOR_FIELDS
+
+
+def test_images_are_pinned_to_a_version() -> None:
+    services = {}
+    for profiles in DEPLOYMENTS:
+        services.update(_config(*profiles)["services"])
+    for name, service in services.items():
+        if "build" in service:
+            continue
+        repository, _, tag = service["image"].rpartition(":")
+        assert repository and "/" not in tag, f"{name}: {service['image']} has no tag"
+        assert "latest" not in tag.lower() and re.search(r"\d", tag), f"{name}: {tag}"
+
+
+def _nginx_blocks(text: str) -> list[tuple[str, list[str], list]]:
+    """nginx.conf as nested (directive, arguments, block) statements, as far as nginx's own
+    grammar goes: quoted and bare words, ``;`` ends a statement, ``{ … }`` a block."""
+    tokens = NGINX_TOKEN.findall(re.sub(r"#.*", "", text))
+    stack: list[list] = [[]]
+    words: list[str] = []
+    for token in tokens:
+        if token in ("{", ";"):
+            assert words, f"a {token!r} without a directive"
+            statement = (words[0], words[1:], [] if token == "{" else None)
+            stack[-1].append(statement)
+            if token == "{":
+                stack.append(statement[2])
+            words = []
+        elif token == "}":
+            assert not words and len(stack) > 1, "unbalanced '}' or a statement without ';'"
+            stack.pop()
+        else:
+            words.append(token.strip("\"'"))
+    assert not words and len(stack) == 1, "unclosed block or a statement without ';'"
+    return stack[0]
+
+
+def _find(block: list, directive: str) -> list[tuple[str, list[str], list]]:
+    return [statement for statement in block if statement[0] == directive]
+
+
+def _bytes(size: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    return int(size[:-1]) * units[size[-1].lower()] if size[-1].isalpha() else int(size)
+
+
+def test_nginx_balances_every_replica_of_the_scaled_service() -> None:
+    services = _deployment(("milvus",))
+    nginx, replica = services["nginx"], services[SCALED]
+    mounts = dict(_mount(volume) for volume in nginx["volumes"])
+    assert mounts[str(NGINX_CONFIG)] == "/etc/nginx/nginx.conf"
+    version = re.match(r"(\d+)\.(\d+)\.(\d+)", nginx["image"].rpartition(":")[2])
+    assert version and tuple(map(int, version.groups())) >= NGINX_RESOLVE, nginx["image"]
+    assert nginx["depends_on"][SCALED]["condition"] == "service_healthy"
+
+    (http,) = _find(_nginx_blocks(NGINX_CONFIG.read_text(encoding="utf-8")), "http")
+    (resolver,) = _find(http[2], "resolver")
+    assert resolver[1][0] == "127.0.0.11", "Docker's DNS finds every replica"
+    (upstream,) = _find(http[2], "upstream")
+    assert _find(upstream[2], "zone"), "`resolve` keeps its servers in a shared zone"
+    (server,) = _find(upstream[2], "server")
+    host, _, port = server[1][0].partition(":")
+    assert host == SCALED and port in replica["expose"]
+    assert "resolve" in server[1]
+
+    (site,) = _find(http[2], "server")
+    (listen,) = _find(site[2], "listen")
+    assert [_port(port) for port in nginx["ports"]] == [(8000, int(listen[1][0]))]
+    (body_limit,) = _find(site[2], "client_max_body_size")
+    assert _bytes(body_limit[1][0]) >= Settings.model_fields["max_body_bytes"].default
+    (root,) = [location for location in _find(site[2], "location") if location[1] == ["/"]]
+    assert _find(root[2], "proxy_pass")[0][1] == [f"http://{upstream[1][0]}"]
+    headers = {arguments[0].lower() for _, arguments, _ in _find(root[2], "proxy_set_header")}
+    assert "x-request-id" in headers
+
+
+def test_prometheus_discovers_every_replica() -> None:
+    services = _deployment(("milvus",))
+    mounts = dict(_mount(volume) for volume in services["prometheus"]["volumes"])
+    assert mounts[str(SCRAPE_CONFIG)] == "/etc/prometheus/prometheus.yml"
+    (job,) = yaml.safe_load(SCRAPE_CONFIG.read_text(encoding="utf-8"))["scrape_configs"]
+    (discovery,) = job["dns_sd_configs"]
+    assert discovery["names"] == [SCALED] and discovery["type"] == "A"
+    assert str(discovery["port"]) in services[SCALED]["expose"]
 
 
 def test_grafana_provisioning_matches_the_dashboard() -> None:

@@ -1,5 +1,6 @@
 """``python -m service.healthcheck`` (the Docker HEALTHCHECK) against a real service process
-whose ``/health`` needs a key: healthy with the service's own settings, unhealthy otherwise."""
+whose ``/health`` and ``/ready`` need a key: healthy with the service's own settings, unhealthy
+otherwise."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ KEY = "healthcheck-key-0123456789"
 
 
 def _healthcheck(
-    server: ServiceProcess, bundle_dir: Path, api_keys: str
+    server: ServiceProcess, bundle_dir: Path, api_keys: str, *options: str
 ) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("FRACTAL_")}
     env.update(
@@ -24,7 +25,7 @@ def _healthcheck(
         FRACTAL_API_KEYS=api_keys,
         FRACTAL_PUBLIC_HEALTH="false",
     )
-    command = [sys.executable, "-m", "service.healthcheck"]
+    command = [sys.executable, "-m", "service.healthcheck", *options]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -37,6 +38,11 @@ def test_healthcheck_follows_the_service(
     wrong_key = _healthcheck(server, identity_bundle_dir, "not-the-service-key-000")
     assert wrong_key.returncode == 1
     assert "401" in wrong_key.stderr
+    ready = _healthcheck(server, identity_bundle_dir, KEY, "--ready")
+    assert ready.returncode == 0, ready.stderr
+    refused = _healthcheck(server, identity_bundle_dir, "not-the-service-key-000", "--ready")
+    assert refused.returncode == 1
+    assert "/ready answered 401" in refused.stderr
     server.stop()
     stopped = _healthcheck(server, identity_bundle_dir, KEY)
     assert stopped.returncode == 1

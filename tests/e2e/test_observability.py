@@ -20,7 +20,8 @@ from tests.servers import PrometheusServer, start_redis, start_server
 
 SCRAPE_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "fractal.json"
-COMPOSE_TARGET = "fractal:8000"
+COMPOSE_DISCOVERY = {"names": ["fractal"], "type": "A", "port": 8000}
+"""What the compose file's job discovers: every address of the ``fractal`` service, port 8000."""
 METRIC_NAME = re.compile(r"\bfractal_[a-z0-9_]+\b")
 QUERIES = ["transfer money to my savings", "is it going to rain tomorrow", "reset my pin"]
 SEARCHES = [{"granularity": "coarse"}, {"granularity": "fine"}, {"rerank": "c2f"}]
@@ -33,12 +34,13 @@ class Stack:
 
 
 def scrape_config_for(target: str) -> dict:
-    """The compose stack's scrape config, pointed at ``target`` and scraping every second."""
+    """The compose stack's scrape config, its DNS discovery of the replicas replaced by
+    ``target`` alone, scraping every second."""
     config = yaml.safe_load(SCRAPE_CONFIG.read_text(encoding="utf-8"))
     (job,) = config["scrape_configs"]
-    (targets,) = job["static_configs"]
-    assert targets["targets"] == [COMPOSE_TARGET]
-    targets["targets"] = [target]
+    (discovery,) = job.pop("dns_sd_configs")
+    assert {key: discovery[key] for key in COMPOSE_DISCOVERY} == COMPOSE_DISCOVERY
+    job["static_configs"] = [{"targets": [target]}]
     config["global"]["scrape_interval"] = "1s"
     config["global"]["evaluation_interval"] = "1s"
     return config
