@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from index.filters import Filter
-from index.fragments import check_fragment_dim, fragment_unit
+from index.fragments import check_fragment_dim, in_space
 from index.kinds import (
     KINDS,
     HnswIndex,
@@ -154,7 +154,7 @@ class CollectionStats:
     and adding to (and rebuilding) the indexes, i.e. the graph build."""
 
 
-def _check_layout(
+def check_layout(
     layout: Mapping[int, Sequence[str]], prefix_dims: Sequence[int]
 ) -> dict[int, tuple[str, ...]]:
     """``layout`` in canonical form (dims ascending, kinds in :data:`KINDS` order), or
@@ -176,7 +176,34 @@ def _check_layout(
     return checked
 
 
-def _check_count(value: object, what: str) -> int:
+def checked_documents(
+    ids: Sequence[str],
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    metadata: Sequence[dict] | None,
+    dim: int,
+) -> tuple[list[Document], np.ndarray]:
+    """An upsert's documents, checked (:class:`ValueError` otherwise), and their full vectors
+    as one ``(n, dim)`` matrix (:func:`index.vectors.as_matrix`)."""
+    if isinstance(ids, str) or isinstance(texts, str):
+        raise ValueError("ids and texts must be sequences of strings, not a single string")
+    matrix = as_matrix(vectors, (dim,), "vectors")
+    metadata = [{} for _ in ids] if metadata is None else list(metadata)
+    if not len(ids) == len(texts) == len(metadata) == matrix.shape[0]:
+        raise ValueError(
+            f"got {len(ids)} ids, {len(texts)} texts, {len(metadata)} metadata and "
+            f"{matrix.shape[0]} vectors; they must all be the same length"
+        )
+    if len(set(ids)) != len(ids):
+        raise ValueError("ids must be unique within one upsert")
+    documents = [
+        Document(id=doc_id, text=text, vector=vector, metadata=meta)
+        for doc_id, text, vector, meta in zip(ids, texts, matrix, metadata, strict=True)
+    ]
+    return documents, matrix
+
+
+def check_count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
@@ -206,8 +233,8 @@ class Collection:
         full_dtype: str = "float32",
         filters: FilterParams | None = None,
     ) -> None:
-        _check_count(dim, "dim")
-        prefix_dims = tuple(sorted({_check_count(d, "every prefix dim") for d in prefix_dims}))
+        check_count(dim, "dim")
+        prefix_dims = tuple(sorted({check_count(d, "every prefix dim") for d in prefix_dims}))
         if not prefix_dims or prefix_dims[-1] > dim:
             raise ValueError(f"prefix_dims must be a non-empty set of dims <= {dim}")
         unknown = set(index_kinds) - set(KINDS)
@@ -217,7 +244,7 @@ class Collection:
             )
         if layout is None:
             layout = {prefix_dim: index_kinds for prefix_dim in prefix_dims}
-        self.layout = _check_layout(layout, prefix_dims)
+        self.layout = check_layout(layout, prefix_dims)
         self.hnsw = hnsw or HnswParams()
         self.pq = pq or PqParams()
         # Cosine PQ indexes at these dims use the given centroids instead of training their own.
@@ -286,11 +313,7 @@ class Collection:
 
     def _map(self, scoring: str, dim: int, matrix: np.ndarray) -> np.ndarray:
         """Vectors (full or already cut to ``dim``) in the space of a ``scoring`` index."""
-        if scoring == "cosine":
-            return prefix_unit(matrix, dim)
-        if self.fragment_dim is None:
-            raise ValueError("sfs scoring needs a collection opened with a fragment_dim")
-        return fragment_unit(matrix, dim, self.fragment_dim)
+        return in_space(scoring, dim, matrix, self.fragment_dim)
 
     def _build(self, spec: IndexSpec, rows: np.ndarray) -> VectorIndex:
         """A new index of ``spec`` over ``rows`` (every present row), filled chunk by chunk. An
@@ -364,21 +387,7 @@ class Collection:
         ``vectors`` are full, ``(len(ids), dim)``. The write is committed before the indexes are
         updated, and both are done when this returns.
         """
-        if isinstance(ids, str) or isinstance(texts, str):
-            raise ValueError("ids and texts must be sequences of strings, not a single string")
-        matrix = as_matrix(vectors, (self.dim,), "vectors")
-        metadata = [{} for _ in ids] if metadata is None else list(metadata)
-        if not len(ids) == len(texts) == len(metadata) == matrix.shape[0]:
-            raise ValueError(
-                f"got {len(ids)} ids, {len(texts)} texts, {len(metadata)} metadata and "
-                f"{matrix.shape[0]} vectors; they must all be the same length"
-            )
-        if len(set(ids)) != len(ids):
-            raise ValueError("ids must be unique within one upsert")
-        documents = [
-            Document(id=doc_id, text=text, vector=vector, metadata=meta)
-            for doc_id, text, vector, meta in zip(ids, texts, matrix, metadata, strict=True)
-        ]
+        documents, matrix = checked_documents(ids, texts, vectors, metadata, self.dim)
         unit = unit_rows(matrix)
         spaces = {(spec.scoring, spec.dim) for spec in self._specs.values()}
         mapped = {space: self._map(*space, unit) for space in spaces}
@@ -601,7 +610,7 @@ class Collection:
         added to its ``"search"`` entry.
         """
         spec = self._spec(scoring, dim, kind)
-        k = _check_count(k, "k")
+        k = check_count(k, "k")
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         mapped = self._map(scoring, dim, queries)
         allowed = None if where is None else self._resolve(where, filtering)
@@ -641,8 +650,8 @@ class Collection:
         shortlist holds only matching documents (and so does the re-rank); when few match,
         they are all scored at the full dimension, with no shortlist."""
         spec = self._spec("cosine", shortlist_dim, kind)
-        k = _check_count(k, "k")
-        shortlist = k * _check_count(factor, "factor")
+        k = check_count(k, "k")
+        shortlist = k * check_count(factor, "factor")
         queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
         prefix = prefix_unit(queries, shortlist_dim)
         full = unit_rows(queries)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.vectors import unit_rows
+from index.vectors import prefix_unit, unit_rows
 
 
 def check_fragment_dim(dim: int, fragment_dim: int) -> None:
@@ -41,3 +41,13 @@ def fragment_unit(matrix: np.ndarray, dim: int, fragment_dim: int) -> np.ndarray
     fragments = unit_rows(matrix[:, :dim].reshape(-1, fragment_dim))
     scaled = fragments.reshape(matrix.shape[0], dim) / np.float32(np.sqrt(num_fragments))
     return np.ascontiguousarray(scaled, np.float32)
+
+
+def in_space(scoring: str, dim: int, matrix: np.ndarray, fragment_dim: int | None) -> np.ndarray:
+    """Vectors (full, or already cut to ``dim``) in the space of a ``scoring`` index at the
+    ``dim`` prefix: cosine (the prefix, L2-normalised) or SFS (:func:`fragment_unit`)."""
+    if scoring == "cosine":
+        return prefix_unit(matrix, dim)
+    if fragment_dim is None:
+        raise ValueError("sfs scoring needs a collection opened with a fragment_dim")
+    return fragment_unit(matrix, dim, fragment_dim)

@@ -82,6 +82,26 @@ class Settings(BaseSettings):
     redis_timeout_ms: float = Field(100.0, gt=0, description="connect and command timeout")
     redis_retry_s: float = Field(1.0, ge=0, description="pause after a Redis failure")
 
+    index_backend: Literal["embedded", "milvus"] = Field(
+        "embedded", description="embedded: SQLite + FAISS in index_dir; milvus: a Milvus server"
+    )
+    milvus_uri: str = Field("http://127.0.0.1:19530", description="the Milvus server")
+    milvus_token: SecretStr | None = Field(None, description="user:password or an API key")
+    milvus_prefix: str = Field(
+        "fractal",
+        pattern=r"^[A-Za-z][A-Za-z0-9]{0,31}$",
+        description="Milvus collection names start with it (letters and digits)",
+    )
+    milvus_timeout_s: float = Field(10.0, gt=0, description="each Milvus call's deadline")
+    milvus_connect_timeout_s: float = Field(
+        60.0, ge=0, description="how long a start waits for Milvus to answer"
+    )
+    milvus_ann_index: Literal["HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8"] = Field(
+        "HNSW", description="the Milvus index type behind index kind hnsw"
+    )
+    milvus_ivf_nlist: int = Field(1024, ge=1, description="IVF lists (IVF_* and kind pq)")
+    milvus_ivf_nprobe: int = Field(32, ge=1, description="IVF lists searched per query")
+
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     public_health: bool = Field(True, description="/health and /ready answer without a key")
     public_metrics: bool = Field(True, description="/metrics answers without a key")

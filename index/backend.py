@@ -1,0 +1,123 @@
+"""What the service needs of an index backend: one collection of documents, searchable at each
+served prefix.
+
+Two backends implement :class:`IndexBackend`:
+
+- ``embedded`` (:class:`index.Collection`): the SQLite store of record and FAISS indexes in a
+  folder of the service's own disk, the default;
+- ``milvus`` (:class:`index.milvus.MilvusCollection`): a Milvus server holds the documents and
+  their indexes, so any number of stateless replicas serve one corpus.
+
+The service picks one in a single factory (:func:`service.collection.catalog_for`) and never
+branches on the backend anywhere else. A backend that cannot reach its engine raises
+:class:`BackendUnavailable`, which the service answers with 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from index.collection import CollectionStats, Hit
+from index.filters import Filter
+from index.store import Contents
+
+
+class BackendUnavailable(RuntimeError):
+    """The index engine could not be reached or did not answer in time; nothing was changed
+    unless it said so. The message is one line, without secrets."""
+
+
+class CollectionMissing(LookupError):
+    """The collection is gone from the engine (another replica deleted it)."""
+
+
+class DocumentRefused(ValueError):
+    """The backend cannot hold the document at ``position`` of an upsert (its ``part``: text
+    or metadata); nothing of the upsert was written. The message is one line."""
+
+    def __init__(self, position: int, part: str, message: str) -> None:
+        super().__init__(message)
+        self.position = position
+        self.part = part
+
+
+class IndexBackend(Protocol):
+    """One collection: documents with full vectors, searched by cosine (or SFS) at each served
+    prefix dimension with the index kinds of ``layout``. Every method blocks; the service calls
+    them in threads."""
+
+    dim: int
+    prefix_dims: tuple[int, ...]
+    layout: dict[int, tuple[str, ...]]
+    index_kinds: tuple[str, ...]
+    fragment_dim: int | None
+    opened_with_work: bool
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        metadata: Sequence[dict] | None = None,
+    ) -> int:
+        """Store (or replace) documents, all or nothing; durable when it returns."""
+        ...
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete documents by id; how many there were."""
+        ...
+
+    def contents_of(self, doc_ids: Sequence[str]) -> list[Contents | None]:
+        """Text and metadata in the order of ``doc_ids`` (None where there is no such id)."""
+        ...
+
+    def present(self, doc_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are stored."""
+        ...
+
+    def search(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        dim: int,
+        kind: str = "exact",
+        scoring: str = "cosine",
+        ef_search: int | None = None,
+        where: Filter | None = None,
+        filtering: dict | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> list[list[Hit]]:
+        """The ``k`` best documents per query at the ``dim`` prefix (see
+        :meth:`index.Collection.search`)."""
+        ...
+
+    def search_c2f(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        shortlist_dim: int,
+        factor: int = 4,
+        kind: str = "exact",
+        timings: dict[str, float] | None = None,
+        ef_search: int | None = None,
+        where: Filter | None = None,
+        filtering: dict | None = None,
+    ) -> list[list[Hit]]:
+        """Coarse-to-fine: a ``k × factor`` shortlist at ``shortlist_dim``, re-ranked exactly by
+        full-dimension cosine (see :meth:`index.Collection.search_c2f`)."""
+        ...
+
+    def stats(self) -> CollectionStats:
+        """Documents and indexes now."""
+        ...
+
+    def snapshot(self) -> int:
+        """Persist what a restart would otherwise rebuild; the change counter it reflects."""
+        ...
+
+    def close(self) -> None:
+        """Release what this process holds (the data stays)."""
+        ...
