@@ -1,13 +1,15 @@
 """``fractal import``: shards of precomputed vectors → the service's collection, no re-encoding.
 
-The collection is opened exactly as the service opens it
-(:func:`service.collection.open_collection`, with the service's settings: ``FRACTAL_INDEX_KINDS``,
-``FRACTAL_HNSW_*`` and the rest apply, and the indexes go at the coarse prefix, the bundle's
-C2F shortlist prefix and the fine one), so the service then serves the index dir as it is.
-Each shard is read and checked whole (:func:`bulk.shards.read_shard`) before anything of it is
-written, then added with one :meth:`index.Collection.upsert`: one SQLite transaction, so a
-shard is imported all or nothing, also when the process is killed. At the end the indexes are
-snapshotted, so the service starts without rebuilding them.
+The default collection is opened exactly as the service opens it
+(:func:`service.collection.catalog_for`, with the service's settings: ``FRACTAL_INDEX_BACKEND``,
+``FRACTAL_INDEX_KINDS``, ``FRACTAL_HNSW_*`` and the rest apply, and the indexes go at the coarse
+prefix, the bundle's C2F shortlist prefix and the fine one), so the service then serves it as it
+is. Each shard is read and checked whole (:func:`bulk.shards.read_shard`) before anything of it
+is written, then added with one upsert. On the embedded backend that is one SQLite transaction,
+so a shard is imported all or nothing, also when the process is killed, and at the end the
+indexes are snapshotted, so the service starts without rebuilding them. On Milvus a shard goes
+in acknowledged chunks (:data:`index.milvus.UPSERT_CHUNK`); a shard cut short is completed by
+importing it again, since upserts replace by id.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from bulk.embed import RUN_FILE
 from bulk.errors import BulkError
 from bulk.shards import read_shard
 from bundle import BundleError, load_bundle
-from service.collection import IndexDirError, open_collection
+from index.backend import BackendUnavailable, DocumentRefused
+from service.collection import IndexDirError, catalog_for
 from service.settings import Settings, describe_settings_error
 
 
@@ -76,7 +79,8 @@ def import_shards(
         raise BulkError(describe_settings_error(exc)) from None
     paths = shard_paths(source)
     try:
-        collection = open_collection(settings, manifest)
+        catalog = catalog_for(settings, manifest)
+        collection = catalog.open_default()
     except IndexDirError as exc:
         raise BulkError(str(exc)) from exc
     imported: list[ImportedShard] = []
@@ -84,7 +88,14 @@ def import_shards(
         for path in paths:
             shard = read_shard(path, manifest)
             started = time.perf_counter()
-            collection.upsert(shard.ids, shard.texts, shard.vectors, shard.metadata)
+            try:
+                collection.upsert(shard.ids, shard.texts, shard.vectors, shard.metadata)
+            except DocumentRefused as refused:
+                raise BulkError(
+                    f"{path}: document {shard.ids[refused.position]!r}: {refused}"
+                ) from None
+            except BackendUnavailable as exc:
+                raise BulkError(f"{path}: {exc}; import it again to complete it") from None
             imported.append(ImportedShard(path, len(shard.ids), time.perf_counter() - started))
             done(imported[-1])
         collection.snapshot()
@@ -94,4 +105,5 @@ def import_shards(
         raise
     finally:
         collection.close()
+        catalog.close()
     return imported

@@ -1,24 +1,50 @@
-"""The service's collection in its index dir, opened the one way both the service and
-``fractal import`` open it.
+"""The service's collections in their index backend, opened the one way both the service and
+``fractal import`` open them: :func:`catalog_for` is the one place that looks at
+``FRACTAL_INDEX_BACKEND``.
 
-Free of FastAPI (and of torch), so that the bulk importer (:mod:`bulk.importer`) builds the very
-collection the service will serve: same index kinds, parameters and PQ codebooks, and the same
-``bundle.json`` record of which bundle made the stored vectors. Problems are one-line
-:class:`IndexDirError`\\ s; the service reports them as start-up errors.
+- ``embedded`` (:class:`EmbeddedCatalog`): the default collection is ``FRACTAL_INDEX_DIR``
+  itself (an :class:`index.Collection`), a named one ``FRACTAL_INDEX_DIR/collections/NAME/``
+  with a ``collection.json`` record; the folder records which bundle made its vectors
+  (``bundle.json``).
+- ``milvus`` (:class:`MilvusCatalog`): each collection is a Milvus collection
+  (:class:`index.milvus.MilvusCollection`) named ``{FRACTAL_MILVUS_PREFIX}_default`` or
+  ``{FRACTAL_MILVUS_PREFIX}_c_{NAME}`` (``-`` written ``X``), its record a collection property.
+  The catalog is **shared**: other replicas create and delete collections too.
+
+Either way a collection gets the same index layout: the coarse prefix, C2F's shortlist prefix
+(the bundle's measured one, :attr:`bundle.Manifest.shortlist_dim`) and the fine one
+(:meth:`Settings.index_layout`). Free of FastAPI (and of torch), so that the bulk importer
+(:mod:`bulk.importer`) builds the very collection the service will serve. Problems opening one
+raise :class:`IndexDirError` with one line; the service reports it as its start-up error.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from bundle import Manifest
 from index import Collection
+from index.backend import BackendUnavailable, CollectionMissing, IndexBackend
+from index.milvus import (
+    MilvusCollection,
+    MilvusConnection,
+    MilvusParams,
+    list_collections,
+    stored_record,
+)
 from service.settings import Settings
 
 BUNDLE_RECORD = "bundle.json"
+DEFAULT_NAME = "default"
+COLLECTIONS_DIR = "collections"
+RECORD_FILE = "collection.json"
 
 
 class IndexDirError(Exception):
@@ -71,30 +97,264 @@ def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.
     return {spec.dim: codebooks}
 
 
-def open_collection(settings: Settings, manifest: Manifest) -> Collection:
-    """The collection in ``settings.index_dir``, indexed at the coarse prefix, at C2F's shortlist
-    prefix (the bundle's measured one, :attr:`bundle.Manifest.shortlist_dim`) and at the fine
-    one (:meth:`Settings.index_layout`); a PQ index at a dimension the bundle ships PQ codebooks
-    for uses them (MSHC)."""
-    fragment_dim = manifest.fragment_dim
-    if fragment_dim is None and settings.sfs:
-        fragment_dim = settings.sfs_fragment_dim
-    try:
-        settings.index_dir.mkdir(parents=True, exist_ok=True)
-        check_bundle_record(settings.index_dir, manifest)
-        return Collection(
-            settings.index_dir,
-            dim=manifest.dim,
-            prefix_dims=sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim}),
-            index_kinds=settings.index_kinds,
+def _layout(settings: Settings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
+    return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim)
+
+
+def _prefix_dims(manifest: Manifest) -> list[int]:
+    return sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim})
+
+
+def _fragment_dim(settings: Settings, manifest: Manifest) -> int | None:
+    if manifest.fragment_dim is None and settings.sfs:
+        return settings.sfs_fragment_dim
+    return manifest.fragment_dim
+
+
+def _with_kinds(settings: Settings, index_kinds: tuple[str, ...]) -> Settings:
+    """The settings with a named collection's index kinds (at every prefix)."""
+    return settings.model_copy(update={"index_kinds": index_kinds, "fine_index_kinds": None})
+
+
+class Catalog(Protocol):
+    """Where a service's collections live: the default one and the named ones."""
+
+    shared: bool
+    """Whether other processes create and delete collections in it too (so a name this
+    process does not know may exist, and one it knows may be gone)."""
+
+    def open_default(self) -> IndexBackend: ...
+
+    def named(self) -> dict[str, tuple[str, ...]]:
+        """The named collections now, with their index kinds."""
+        ...
+
+    def lookup(self, name: str) -> tuple[str, ...] | None:
+        """A named collection's index kinds, or None when there is no such collection."""
+        ...
+
+    def open(self, name: str, index_kinds: tuple[str, ...]) -> IndexBackend: ...
+
+    def create(self, name: str, index_kinds: tuple[str, ...]) -> IndexBackend: ...
+
+    def remove(self, name: str) -> None:
+        """Remove a named collection's data (it is closed already)."""
+        ...
+
+    def problem(self) -> str | None:
+        """None while the backend can serve, else why not (for ``/ready``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EmbeddedCatalog:
+    """Collections in folders of ``FRACTAL_INDEX_DIR`` (see the module docstring)."""
+
+    shared = False
+
+    def __init__(self, settings: Settings, manifest: Manifest) -> None:
+        self._settings = settings
+        self._manifest = manifest
+
+    @property
+    def _root(self) -> Path:
+        return self._settings.index_dir / COLLECTIONS_DIR
+
+    def _open_dir(self, settings: Settings) -> Collection:
+        manifest = self._manifest
+        try:
+            settings.index_dir.mkdir(parents=True, exist_ok=True)
+            check_bundle_record(settings.index_dir, manifest)
+            return Collection(
+                settings.index_dir,
+                dim=manifest.dim,
+                prefix_dims=_prefix_dims(manifest),
+                index_kinds=settings.index_kinds,
+                hnsw=settings.hnsw,
+                pq=settings.pq,
+                fragment_dim=_fragment_dim(settings, manifest),
+                pq_codebooks=bundle_pq_codebooks(settings, manifest),
+                layout=_layout(settings, manifest),
+                full_dtype=settings.full_vectors_dtype,
+            )
+        except (OSError, ValueError) as exc:
+            raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
+
+    def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> Settings:
+        return _with_kinds(self._settings, index_kinds).model_copy(
+            update={"index_dir": self._root / name}
+        )
+
+    def open_default(self) -> Collection:
+        return self._open_dir(self._settings)
+
+    def named(self) -> dict[str, tuple[str, ...]]:
+        found = {}
+        for record_path in sorted(self._root.glob(f"*/{RECORD_FILE}")):
+            try:
+                record = json.loads(record_path.read_text(encoding="utf-8"))
+                name, kinds = record["name"], tuple(record["index_kinds"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise IndexDirError(f"{record_path} is not a collection record: {exc}") from exc
+            if record_path.parent.name != name:
+                raise IndexDirError(f"{record_path} names collection {name!r}, not its folder's")
+            found[name] = kinds
+        return found
+
+    def lookup(self, name: str) -> tuple[str, ...] | None:
+        return self.named().get(name)
+
+    def open(self, name: str, index_kinds: tuple[str, ...]) -> Collection:
+        return self._open_dir(self._named_settings(name, index_kinds))
+
+    def create(self, name: str, index_kinds: tuple[str, ...]) -> Collection:
+        folder = self._root / name
+        if folder.exists():  # left over from a deletion cut short: it held nothing acked
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        try:
+            collection = self.open(name, index_kinds)
+        except IndexDirError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        # The record is written last: a folder without one is not a collection.
+        record = {"name": name, "index_kinds": list(index_kinds)}
+        temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}"
+        temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        temporary.replace(folder / RECORD_FILE)
+        return collection
+
+    def remove(self, name: str) -> None:
+        folder = self._root / name
+        # Unlinking the record first makes a crash mid-way leave no collection behind.
+        (folder / RECORD_FILE).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def problem(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class MilvusCatalog:
+    """Collections in a Milvus server (see the module docstring), through one connection."""
+
+    shared = True
+
+    def __init__(
+        self,
+        settings: Settings,
+        manifest: Manifest,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._manifest = manifest
+        token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
+        self.connection = MilvusConnection(
+            settings.milvus_uri, token, settings.milvus_timeout_s, on_error
+        )
+        self._params = MilvusParams(
+            ann_index=settings.milvus_ann_index,
             hnsw=settings.hnsw,
             pq=settings.pq,
-            fragment_dim=fragment_dim,
-            pq_codebooks=bundle_pq_codebooks(settings, manifest),
-            layout=settings.index_layout(
-                manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim
-            ),
-            full_dtype=settings.full_vectors_dtype,
+            nlist=settings.milvus_ivf_nlist,
+            nprobe=settings.milvus_ivf_nprobe,
+            timeout_s=settings.milvus_timeout_s,
         )
-    except (OSError, ValueError) as exc:
-        raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
+        try:
+            self.connection.wait(settings.milvus_connect_timeout_s)
+        except BackendUnavailable as exc:
+            raise IndexDirError(
+                f"{exc} (waited {settings.milvus_connect_timeout_s:g} s; "
+                "FRACTAL_MILVUS_CONNECT_TIMEOUT_S)"
+            ) from exc
+
+    @property
+    def _named_prefix(self) -> str:
+        return f"{self._settings.milvus_prefix}_c_"
+
+    def milvus_name(self, name: str | None) -> str:
+        """The Milvus collection of a Fractal collection (None: the default one)."""
+        if name is None:
+            return f"{self._settings.milvus_prefix}_default"
+        return self._named_prefix + name.replace("-", "X")
+
+    def _open(self, name: str | None, settings: Settings, create: bool) -> MilvusCollection:
+        manifest = self._manifest
+        record = {
+            "name": name or DEFAULT_NAME,
+            "bundle": manifest.name,
+            "bundle_hash": manifest.content_hash,
+            "index_kinds": list(settings.index_kinds),
+        }
+        try:
+            return MilvusCollection(
+                self.connection,
+                self.milvus_name(name),
+                dim=manifest.dim,
+                prefix_dims=_prefix_dims(manifest),
+                layout=_layout(settings, manifest),
+                record=record,
+                params=self._params,
+                fragment_dim=_fragment_dim(settings, manifest),
+                create=create,
+            )
+        except ValueError as exc:
+            raise IndexDirError(str(exc)) from exc
+
+    def open_default(self) -> MilvusCollection:
+        try:
+            return self._open(None, self._settings, create=True)
+        except BackendUnavailable as exc:
+            raise IndexDirError(str(exc)) from exc
+
+    def named(self) -> dict[str, tuple[str, ...]]:
+        found = {}
+        for milvus_name in list_collections(self.connection, self._named_prefix):
+            name = milvus_name.removeprefix(self._named_prefix).replace("X", "-")
+            kinds = self.lookup(name)
+            if kinds is not None:
+                found[name] = kinds
+        return found
+
+    def lookup(self, name: str) -> tuple[str, ...] | None:
+        try:
+            record = stored_record(self.connection, self.milvus_name(name))
+        except CollectionMissing:
+            return None
+        if record is None:  # being created by another replica: not a collection yet
+            return None
+        return tuple(record.get("index_kinds", ()))
+
+    def open(self, name: str, index_kinds: tuple[str, ...]) -> MilvusCollection:
+        return self._open(name, _with_kinds(self._settings, index_kinds), create=False)
+
+    def create(self, name: str, index_kinds: tuple[str, ...]) -> MilvusCollection:
+        return self._open(name, _with_kinds(self._settings, index_kinds), create=True)
+
+    def remove(self, name: str) -> None:
+        milvus_name = self.milvus_name(name)
+        self.connection.call("drop_collection", lambda client: client.drop_collection(milvus_name))
+
+    def problem(self) -> str | None:
+        return self.connection.problem()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def catalog_for(
+    settings: Settings, manifest: Manifest, on_error: Callable[[str], None] | None = None
+) -> Catalog:
+    """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls."""
+    if settings.index_backend == "embedded":
+        return EmbeddedCatalog(settings, manifest)
+    try:
+        import pymilvus  # noqa: F401
+    except ImportError:
+        raise IndexDirError(
+            "FRACTAL_INDEX_BACKEND=milvus needs pymilvus: pip install 'fractal[milvus]'"
+        ) from None
+    return MilvusCatalog(settings, manifest, on_error)

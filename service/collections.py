@@ -1,34 +1,31 @@
-"""Named collections: each with its own store, indexes, snapshots and metrics label, all searched
-with the one loaded bundle.
+"""Named collections: each with its own documents, indexes and metrics label, all searched with
+the one loaded bundle.
 
-The **default** collection lives in ``FRACTAL_INDEX_DIR`` itself, as before collections existed,
-and answers every route that names no collection (``/documents``, ``/search``); ``GET
-/collections`` lists it as ``default``. A **named** collection lives in
-``FRACTAL_INDEX_DIR/collections/NAME/`` with a ``collection.json`` record (its name and index
-kinds). ``POST /collections`` creates one, every start reopens the ones on disk, and ``DELETE
-/collections/NAME`` closes one and removes its folder.
+The **default** collection answers every route that names no collection (``/documents``,
+``/search``); ``GET /collections`` lists it as ``default``. ``POST /collections`` creates a
+**named** one, every start reopens the existing ones, and ``DELETE /collections/NAME`` closes one
+and removes its data. Where they live is the backend's catalog
+(:func:`service.collection.catalog_for`): folders of ``FRACTAL_INDEX_DIR``, or Milvus
+collections shared with every other replica.
 
 A request holds its collection for as long as it uses it (:meth:`HostedCollection.use`); a
 deletion first stops new requests from finding the collection, waits for those in flight, then
-closes the store and removes the folder, so no search ever runs on a closed index.
+closes it and removes its data, so no search ever runs on a closed index.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shutil
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from bundle import Manifest
-from index import Collection, CollectionStats
+from index import CollectionStats
+from index.backend import CollectionMissing, IndexBackend
 from index.kinds import KINDS
-from service.collection import IndexDirError, open_collection
+from service.collection import DEFAULT_NAME, IndexDirError, catalog_for
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
@@ -37,9 +34,6 @@ from service.settings import Settings
 
 logger = logging.getLogger("service")
 
-DEFAULT_NAME = "default"
-COLLECTIONS_DIR = "collections"
-RECORD_FILE = "collection.json"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 NAME_RULE = "1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"
 MAX_COLLECTIONS = 64
@@ -50,7 +44,11 @@ class HostedCollection:
     has writes not yet in a snapshot, and the requests using it."""
 
     def __init__(
-        self, name: str, collection: Collection, searcher: Searcher, index_kinds: tuple[str, ...]
+        self,
+        name: str,
+        collection: IndexBackend,
+        searcher: Searcher,
+        index_kinds: tuple[str, ...],
     ) -> None:
         self.name = name
         self.collection = collection
@@ -61,17 +59,23 @@ class HostedCollection:
         self._snapshot_lock = threading.Lock()
         self._users = 0
         self._closed = False
+        self.gone = False
+        """The backend found the collection deleted (by another replica)."""
         self._condition = threading.Condition()
 
     @contextmanager
     def use(self) -> Iterator[HostedCollection]:
-        """Hold the collection open while the block runs; 404 once a deletion has begun."""
+        """Hold the collection open while the block runs; 404 once a deletion has begun, or
+        when the backend finds it gone (another replica deleted it)."""
         with self._condition:
             if self._closed:
                 raise NotFound(f"no collection {self.name!r}", "collection")
             self._users += 1
         try:
             yield self
+        except CollectionMissing:
+            self.gone = True
+            raise NotFound(f"no collection {self.name!r}", "collection") from None
         finally:
             with self._condition:
                 self._users -= 1
@@ -130,7 +134,13 @@ def check_index_kinds(kinds: tuple[str, ...], param: str = "index_kinds") -> Non
 
 
 class CollectionSet:
-    """The default collection and the named ones, by name."""
+    """The default collection and the named ones, by name, in the backend's catalog
+    (:func:`service.collection.catalog_for`).
+
+    With a shared catalog (Milvus), other replicas create and delete collections too: a name
+    this replica does not know is looked up in the catalog before it is a 404, listing
+    collections lists the catalog's, and one found gone is forgotten.
+    """
 
     def __init__(
         self,
@@ -144,44 +154,40 @@ class CollectionSet:
         self._router = router
         self._metrics = metrics
         self._lock = threading.Lock()
-        self.default = self._host(DEFAULT_NAME, settings, settings.index_kinds)
+        self._catalog = catalog_for(settings, manifest, self._count_error)
+        self.default = self._host(DEFAULT_NAME, self._catalog.open_default(), settings)
         self._named: dict[str, HostedCollection] = {}
-        for record in sorted(self._root.glob(f"*/{RECORD_FILE}")):
-            self._open_named(record)
+        for name, kinds in self._catalog.named().items():
+            self._open_named(name, kinds)
 
-    @property
-    def _root(self) -> Path:
-        return self._settings.index_dir / COLLECTIONS_DIR
+    def _count_error(self, operation: str) -> None:
+        self._metrics.backend_errors.labels(
+            backend=self._settings.index_backend, operation=operation
+        ).inc()
 
-    def _host(
-        self, name: str, settings: Settings, index_kinds: tuple[str, ...]
-    ) -> HostedCollection:
-        collection = open_collection(settings, self._manifest)
+    def _host(self, name: str, collection: IndexBackend, settings: Settings) -> HostedCollection:
         searcher = Searcher(collection, self._manifest, self._router, settings, self._metrics)
-        return HostedCollection(name, collection, searcher, index_kinds)
+        return HostedCollection(name, collection, searcher, settings.index_kinds)
 
-    def _settings_for(self, name: str, index_kinds: tuple[str, ...]) -> Settings:
-        """The service's settings with the collection's folder and index kinds (at every
-        prefix)."""
+    def _settings_for(self, index_kinds: tuple[str, ...]) -> Settings:
+        """The service's settings with a named collection's index kinds (at every prefix)."""
         return self._settings.model_copy(
-            update={
-                "index_dir": self._root / name,
-                "index_kinds": index_kinds,
-                "fine_index_kinds": None,
-            }
+            update={"index_kinds": index_kinds, "fine_index_kinds": None}
         )
 
-    def _open_named(self, record_path: Path) -> None:
+    def _open_named(self, name: str, kinds: tuple[str, ...]) -> HostedCollection:
         try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-            name, kinds = record["name"], tuple(record["index_kinds"])
             check_name(name)
             check_index_kinds(kinds)
-        except (OSError, ValueError, KeyError, TypeError, InvalidRequest) as exc:
-            raise IndexDirError(f"{record_path} is not a collection record: {exc}") from exc
-        if record_path.parent.name != name:
-            raise IndexDirError(f"{record_path} names collection {name!r}, not its folder's")
-        self._named[name] = self._host(name, self._settings_for(name, kinds), kinds)
+        except InvalidRequest as exc:
+            raise IndexDirError(f"collection {name!r} has an invalid record: {exc}") from exc
+        hosted = self._host(name, self._catalog.open(name, kinds), self._settings_for(kinds))
+        self._named[name] = hosted
+        return hosted
+
+    def problem(self) -> str | None:
+        """None while the backend can serve, else why not (``/ready``)."""
+        return self._catalog.problem()
 
     def get(self, name: str | None) -> HostedCollection:
         """The collection called ``name`` (None or ``default``: the default one); 404 if none."""
@@ -189,6 +195,16 @@ class CollectionSet:
             return self.default
         with self._lock:
             hosted = self._named.get(name)
+            if hosted is not None and hosted.gone:
+                del self._named[name]
+                hosted = None
+            if hosted is None and self._catalog.shared:
+                kinds = self._catalog.lookup(name)
+                if kinds is not None:
+                    try:
+                        hosted = self._open_named(name, kinds)
+                    except CollectionMissing:
+                        hosted = None
         if hosted is None:
             raise NotFound(
                 f"no collection {name!r}: create it with POST /collections", "collection"
@@ -198,7 +214,22 @@ class CollectionSet:
     def all(self) -> list[HostedCollection]:
         """The default collection, then the named ones by name."""
         with self._lock:
+            if self._catalog.shared:
+                self._sync()
             return [self.default, *(self._named[name] for name in sorted(self._named))]
+
+    def _sync(self) -> None:
+        """Open the catalog's collections this replica does not know, forget the gone ones."""
+        current = self._catalog.named()
+        for name in list(self._named):
+            if name not in current or self._named[name].gone:
+                self._named.pop(name).close(snapshot=False)
+        for name, kinds in current.items():
+            if name not in self._named:
+                try:
+                    self._open_named(name, kinds)
+                except CollectionMissing:
+                    continue
 
     def create(self, name: str, index_kinds: tuple[str, ...] | None) -> HostedCollection:
         """Create and open a named collection; 409 if the name is taken (``default`` is)."""
@@ -213,32 +244,25 @@ class CollectionSet:
                 "index_kinds",
             )
         with self._lock:
-            if name == DEFAULT_NAME or name in self._named:
+            taken = name in self._named and not self._named[name].gone
+            if (
+                name == DEFAULT_NAME
+                or taken
+                or (self._catalog.shared and self._catalog.lookup(name) is not None)
+            ):
                 raise Conflict(f"collection {name!r} already exists", "name")
             if len(self._named) >= MAX_COLLECTIONS:
                 raise InvalidRequest(
                     f"the service holds {MAX_COLLECTIONS} collections, its limit; delete one first",
                     "name",
                 )
-            folder = self._root / name
-            if folder.exists():  # left over from a deletion cut short: it held nothing acked
-                shutil.rmtree(folder)
-            folder.mkdir(parents=True)
-            try:
-                hosted = self._host(name, self._settings_for(name, kinds), kinds)
-            except IndexDirError:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-            # The record is written last: a folder without one is not a collection.
-            record = {"name": name, "index_kinds": list(kinds)}
-            temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}"
-            temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            temporary.replace(folder / RECORD_FILE)
+            collection = self._catalog.create(name, kinds)
+            hosted = self._host(name, collection, self._settings_for(kinds))
             self._named[name] = hosted
         return hosted
 
     def delete(self, name: str) -> None:
-        """Stop serving a named collection, wait for the requests using it, remove its folder."""
+        """Stop serving a named collection, wait for the requests using it, remove its data."""
         if name == DEFAULT_NAME:
             raise NotFound(
                 "no named collection 'default': the default collection cannot be deleted",
@@ -246,15 +270,22 @@ class CollectionSet:
             )
         with self._lock:
             hosted = self._named.pop(name, None)
-        if hosted is None:
+            known = hosted is not None or (
+                self._catalog.shared and self._catalog.lookup(name) is not None
+            )
+        if not known:
             raise NotFound(f"no collection {name!r}", "collection")
-        hosted.close(snapshot=False)
-        folder = self._root / name
-        # Unlinking the record first makes a crash mid-way leave no collection behind.
-        (folder / RECORD_FILE).unlink(missing_ok=True)
-        shutil.rmtree(folder, ignore_errors=True)
+        if hosted is not None:
+            hosted.close(snapshot=False)
+        try:
+            self._catalog.remove(name)
+        except CollectionMissing:
+            raise NotFound(f"no collection {name!r}", "collection") from None
 
     def close(self) -> None:
-        """Snapshot what changed and close every collection (at shutdown)."""
-        for hosted in self.all():
-            hosted.close(snapshot=True)
+        """Snapshot what changed and close every collection, then the backend (at shutdown)."""
+        with self._lock:
+            hosted = [self.default, *self._named.values()]
+        for collection in hosted:
+            collection.close(snapshot=True)
+        self._catalog.close()

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from index.backend import BackendUnavailable
 from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
@@ -110,7 +111,8 @@ _ERROR_DESCRIPTIONS = {
     409: "conflict: the message names what already exists",
     422: "invalid input: the message says which field and what the limit is",
     429: "the encoder queue is full; retry after the Retry-After header's seconds",
-    503: "the bundle and index are not loaded (starting or stopping)",
+    503: "not ready: the bundle and index are not loaded (starting or stopping), or the index "
+    "backend's server (Milvus) cannot be reached (then with a Retry-After header)",
 }
 
 
@@ -260,7 +262,13 @@ def install_error_handlers(app: FastAPI) -> None:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(request, 500, "internal_error", "internal server error")
 
+    async def on_backend_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(
+            request, 503, "backend_unavailable", str(exc), headers={"Retry-After": "1"}
+        )
+
     app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected_error)

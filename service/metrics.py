@@ -119,6 +119,13 @@ class Metrics:
             self.cache_lookups.labels(result=result)
         for operation in (CACHE_GET, CACHE_SET):
             self.cache_errors.labels(operation=operation)
+        self.backend_errors = Counter(
+            "fractal_backend_errors",
+            "Failed calls to the index backend's server (Milvus), by operation; each one is a "
+            "503 answer or a failed readiness check.",
+            ["backend", "operation"],
+            registry=registry,
+        )
         self.encoder_calls_skipped = Counter(
             "fractal_encoder_calls_skipped",
             "Embedding requests answered wholly from the cache, without queueing any text.",

@@ -20,7 +20,8 @@ import numpy as np
 from fastapi import Depends, Request
 
 from bundle import Manifest
-from index import Collection, CollectionStats, Document
+from index import CollectionStats
+from index.backend import BackendUnavailable, DocumentRefused, IndexBackend
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
 from service.collections import CollectionSet, HostedCollection
@@ -138,7 +139,7 @@ class Runtime:
         self._stopping = False
 
     @property
-    def collection(self) -> Collection:
+    def collection(self) -> IndexBackend:
         """The default collection's index collection."""
         return self.collections.default.collection
 
@@ -161,7 +162,7 @@ class Runtime:
             self.cache.connect()
         if self.settings.snapshot_interval_s > 0:
             self._snapshot_task = asyncio.get_running_loop().create_task(self._snapshot_loop())
-        self.refresh_gauges()
+        self.refresh_gauges_if_reachable()
 
     async def stop(self) -> None:
         """Stop taking work, snapshot the indexes if they changed, close the store."""
@@ -246,9 +247,7 @@ class Runtime:
         all or nothing, committed on return."""
         doc_ids = self._checked_documents(ids, param)
         with self.collections.get(collection).use() as hosted:
-            await self._store(
-                hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata
-            )
+            await self._store(hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
         return doc_ids
 
     @staticmethod
@@ -274,15 +273,23 @@ class Runtime:
         vectors: np.ndarray,
         metadata: Sequence[dict[str, Any]],
     ) -> None:
-        """Upsert in one store transaction (off the event loop)."""
-        await asyncio.to_thread(
-            hosted.collection.upsert, doc_ids, list(texts), vectors, list(metadata)
-        )
+        """Upsert in one store transaction (off the event loop); a document the backend cannot
+        hold (:class:`index.backend.DocumentRefused`) is a 422 naming it, and nothing is
+        written."""
+        try:
+            await asyncio.to_thread(
+                hosted.collection.upsert, doc_ids, list(texts), vectors, list(metadata)
+            )
+        except DocumentRefused as refused:
+            raise InvalidRequest(
+                f"document {refused.position} ({doc_ids[refused.position]!r}): {refused}",
+                f"documents.{refused.position}.{refused.part}",
+            ) from None
         hosted.mark_written()
 
     async def get_document(self, doc_id: str, collection: str | None = None) -> StoredDocument:
         with self.collections.get(collection).use() as hosted:
-            document: Document | None = await asyncio.to_thread(hosted.collection.get, doc_id)
+            (document,) = await asyncio.to_thread(hosted.collection.contents_of, [doc_id])
         if document is None:
             raise NotFound(f"no document with id {doc_id!r}", "id")
         return StoredDocument(document.id, document.text, document.metadata)
@@ -298,7 +305,7 @@ class Runtime:
     ) -> HostedCollection:
         """Create and open a named collection (off the event loop: it opens a store)."""
         hosted = await asyncio.to_thread(self.collections.create, name, index_kinds)
-        self.refresh_gauges()
+        self.refresh_gauges_if_reachable()
         return hosted
 
     async def delete_collection(self, name: str) -> None:
@@ -312,7 +319,7 @@ class Runtime:
             metrics.index_vectors,
         ):
             gauge.clear()  # the deleted collection's series go; the others' come back below
-        self.refresh_gauges()
+        self.refresh_gauges_if_reachable()
 
     async def find_documents(
         self, doc_ids: Sequence[str], collection: str | None = None
@@ -358,9 +365,17 @@ class Runtime:
         )
         return Limits.of(self.settings, served)
 
+    def refresh_gauges_if_reachable(self) -> None:
+        """:meth:`refresh_gauges`, keeping the last values while the backend cannot be reached
+        (a scrape during an outage still shows the error counts)."""
+        try:
+            self.refresh_gauges()
+        except BackendUnavailable:
+            logger.debug("gauges not refreshed: the index backend is unavailable")
+
     def refresh_gauges(self) -> CollectionStats:
         """Update every collection's document and index gauges; return the default one's
-        stats."""
+        stats (:class:`BackendUnavailable` when the backend cannot tell)."""
         for hosted in self.collections.all():
             stats = hosted.stats()
             self.metrics.documents.labels(collection=hosted.name).set(stats.documents)

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from bundle import COARSE, FINE, Manifest
-from index import Collection, Hit
+from index import Hit
+from index.backend import IndexBackend
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
@@ -83,12 +84,13 @@ class FilterReport:
     """How a metadata filter was applied to one query: ``exact_subset`` (exact scores of the
     matching documents alone), ``selector`` (an HNSW walk with the matching ids as its
     selector, at ``ef_search``; ``fallback`` when it found fewer than k and the exact subset
-    answered) or ``scan`` (an exact or PQ scan keeping the matching documents), how many
-    documents matched, and the milliseconds spent listing them (next to nothing when the same
-    filter was listed since the last write)."""
+    answered), ``scan`` (an exact or PQ scan keeping the matching documents) or ``milvus`` (a
+    Milvus expression applied in Milvus's search), how many documents matched (null for
+    ``milvus``, which does not count them), and the milliseconds spent listing them (next to
+    nothing when the same filter was listed since the last write)."""
 
     mode: str
-    matching: int
+    matching: int | None
     resolve_ms: float
     ef_search: int | None = None
     fallback: bool = False
@@ -118,7 +120,7 @@ class Searcher:
 
     def __init__(
         self,
-        collection: Collection,
+        collection: IndexBackend,
         manifest: Manifest,
         router: GranularityRouter,
         settings: Settings,

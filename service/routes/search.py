@@ -136,13 +136,17 @@ class AutoRouteOut(FromAttributes):
 class FilterRouteOut(FromAttributes):
     """How the metadata filter was applied to this query."""
 
-    mode: Literal["exact_subset", "selector", "scan"] = Field(
+    mode: Literal["exact_subset", "selector", "scan", "milvus"] = Field(
         description="exact_subset: exact scores of the matching documents alone (few match); "
         "selector: the HNSW graph walked with the matching ids as its FAISS IDSelector and a "
         "raised efSearch; scan: the exact or PQ index's exhaustive scan, keeping the matching "
-        "documents."
+        "documents; milvus: the filter as a Milvus expression, applied inside Milvus's search "
+        "(FRACTAL_INDEX_BACKEND=milvus)."
     )
-    matching: int = Field(description="Documents the filter matched.")
+    matching: int | None = Field(
+        description="Documents the filter matched (null on the milvus backend, which does not "
+        "count them)."
+    )
     resolve_ms: float = Field(
         description="Time to list the matching documents from the store's metadata index "
         "(next to nothing when the same filter was listed since the last write)."

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from service.errors import error_responses
+from service.errors import NotReady, error_responses
 from service.routes import FromAttributes
 from service.runtime import RuntimeDep
 
@@ -98,7 +98,11 @@ async def health() -> Status:
 
 @router.get("/ready", responses=error_responses(503))
 async def ready(runtime: RuntimeDep) -> Status:
-    """The bundle and the index are loaded and the encoder queue runs."""
+    """The bundle and the index are loaded, the encoder queue runs, and the index backend
+    answers (Milvus: checked at most once a second)."""
+    problem = await asyncio.to_thread(runtime.collections.problem)
+    if problem is not None:
+        raise NotReady(f"the index backend cannot serve: {problem}")
     return Status(status="ready")
 
 
@@ -117,6 +121,6 @@ async def metrics(request: Request) -> Response:
     """Prometheus metrics (text exposition format)."""
     runtime = request.app.state.runtime
     if runtime is not None and runtime.ready:
-        await asyncio.to_thread(runtime.refresh_gauges)
+        await asyncio.to_thread(runtime.refresh_gauges_if_reachable)
     body = generate_latest(request.app.state.metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

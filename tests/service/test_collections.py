@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.collections import COLLECTIONS_DIR
+from service.collection import COLLECTIONS_DIR
 from service.errors import NotFound
 from service.settings import Settings
 from service.startup import load_runtime
