@@ -238,6 +238,14 @@ class EmbeddedCatalog:
         pass
 
 
+def milvus_collection_name(prefix: str, name: str | None) -> str:
+    """The Milvus collection of a Fractal collection (None: the default one). Fractal names are
+    lowercase, so writing ``-`` (which Milvus names cannot hold) as ``X`` keeps them apart."""
+    if name is None:
+        return f"{prefix}_default"
+    return f"{prefix}_c_{name.replace('-', 'X')}"
+
+
 class MilvusCatalog:
     """Collections in a Milvus server (see the module docstring), through one connection."""
 
@@ -273,13 +281,10 @@ class MilvusCatalog:
 
     @property
     def _named_prefix(self) -> str:
-        return f"{self._settings.milvus_prefix}_c_"
+        return milvus_collection_name(self._settings.milvus_prefix, "")
 
     def milvus_name(self, name: str | None) -> str:
-        """The Milvus collection of a Fractal collection (None: the default one)."""
-        if name is None:
-            return f"{self._settings.milvus_prefix}_default"
-        return self._named_prefix + name.replace("-", "X")
+        return milvus_collection_name(self._settings.milvus_prefix, name)
 
     def _open(self, name: str | None, settings: Settings, create: bool) -> MilvusCollection:
         manifest = self._manifest

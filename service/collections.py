@@ -157,6 +157,7 @@ class CollectionSet:
         self._catalog = catalog_for(settings, manifest, self._count_error)
         self.default = self._host(DEFAULT_NAME, self._catalog.open_default(), settings)
         self._named: dict[str, HostedCollection] = {}
+        self._deleting: set[str] = set()  # being deleted here: never reopened from the catalog
         for name, kinds in self._catalog.named().items():
             self._open_named(name, kinds)
 
@@ -198,7 +199,7 @@ class CollectionSet:
             if hosted is not None and hosted.gone:
                 del self._named[name]
                 hosted = None
-            if hosted is None and self._catalog.shared:
+            if hosted is None and self._catalog.shared and name not in self._deleting:
                 kinds = self._catalog.lookup(name)
                 if kinds is not None:
                     try:
@@ -225,7 +226,7 @@ class CollectionSet:
             if name not in current or self._named[name].gone:
                 self._named.pop(name).close(snapshot=False)
         for name, kinds in current.items():
-            if name not in self._named:
+            if name not in self._named and name not in self._deleting:
                 try:
                     self._open_named(name, kinds)
                 except CollectionMissing:
@@ -273,14 +274,18 @@ class CollectionSet:
             known = hosted is not None or (
                 self._catalog.shared and self._catalog.lookup(name) is not None
             )
-        if not known:
-            raise NotFound(f"no collection {name!r}", "collection")
-        if hosted is not None:
-            hosted.close(snapshot=False)
+            if not known or name in self._deleting:
+                raise NotFound(f"no collection {name!r}", "collection")
+            self._deleting.add(name)
         try:
+            if hosted is not None:
+                hosted.close(snapshot=False)
             self._catalog.remove(name)
         except CollectionMissing:
             raise NotFound(f"no collection {name!r}", "collection") from None
+        finally:
+            with self._lock:
+                self._deleting.discard(name)
 
     def close(self) -> None:
         """Snapshot what changed and close every collection, then the backend (at shutdown)."""

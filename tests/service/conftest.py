@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,3 +22,22 @@ def settings_for(tmp_path: Path) -> Callable[..., Settings]:
         return make_settings(bundle_dir, tmp_path / "index", **overrides)
 
     return build
+
+
+@pytest.fixture(scope="module", params=["embedded", "milvus"])
+def backend(request: pytest.FixtureRequest) -> Callable[[], dict[str, Any]]:
+    """The index backend a module's contract tests run on: ``backend()`` gives its settings
+    overrides, each call a fresh (empty) Milvus namespace, against the session's real
+    milvus-lite server."""
+    if request.param == "embedded":
+        return dict
+    server = request.getfixturevalue("milvus_server")
+
+    def milvus() -> dict[str, Any]:
+        return {
+            "index_backend": "milvus",
+            "milvus_uri": server.uri,
+            "milvus_prefix": f"t{uuid.uuid4().hex[:16]}",
+        }
+
+    return milvus

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
+from index.milvus import MilvusConnection, id_of
 from service.app import create_app
+from service.collection import COLLECTIONS_DIR, milvus_collection_name
 from service.runtime import Runtime
 from service.settings import Settings
 from support.client import FractalClient
@@ -36,3 +39,40 @@ def add_documents(client: TestClient, texts: list[str], batch: int = 100) -> lis
     """Add ``texts`` as documents (metadata: their position) and return their ids."""
     documents = [{"text": text, "metadata": {"position": i}} for i, text in enumerate(texts)]
     return FractalClient(client).add_documents(documents, batch_size=batch)
+
+
+def _milvus(settings: Settings) -> MilvusConnection:
+    return MilvusConnection(settings.milvus_uri, None, settings.milvus_timeout_s)
+
+
+def stored_texts(settings: Settings) -> dict[str, str]:
+    """What the default collection's store of record holds (id → text), read from the backend
+    itself: the SQLite file, or the Milvus collection."""
+    if settings.index_backend == "embedded":
+        with closing(sqlite3.connect(settings.index_dir / "store.sqlite3")) as db:
+            return dict(db.execute("SELECT doc_id, text FROM documents"))
+    connection = _milvus(settings)
+    name = milvus_collection_name(settings.milvus_prefix, None)
+    try:
+        rows = connection.call(
+            "query",
+            lambda client: client.query(
+                name, filter='key != ""', output_fields=["key", "text"], limit=16_384
+            ),
+        )
+    finally:
+        connection.close()
+    return {id_of(row["key"]): row["text"] for row in rows}
+
+
+def collection_data_exists(settings: Settings, name: str) -> bool:
+    """Whether a named collection's data is still in the backend (its folder, or its Milvus
+    collection)."""
+    if settings.index_backend == "embedded":
+        return (settings.index_dir / COLLECTIONS_DIR / name).exists()
+    connection = _milvus(settings)
+    milvus_name = milvus_collection_name(settings.milvus_prefix, name)
+    try:
+        return connection.call("has_collection", lambda client: client.has_collection(milvus_name))
+    finally:
+        connection.close()

@@ -89,7 +89,9 @@ def test_info_shows_the_shortlist_prefix_and_its_index(client: TestClient) -> No
     assert resolutions["shortlist_dim"] == SHORTLIST
     assert resolutions["indexed_dims"] == [64, SHORTLIST, FINE]
     assert {(index["dimension"], index["kind"]) for index in info["indexes"]} == {
-        (64, "exact"), (SHORTLIST, "exact"), (FINE, "exact")
+        (64, "exact"),
+        (SHORTLIST, "exact"),
+        (FINE, "exact"),
     }
 
 

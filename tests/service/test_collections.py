@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.collection import COLLECTIONS_DIR
 from service.errors import NotFound
 from service.settings import Settings
 from service.startup import load_runtime
-from tests.service.helpers import make_settings, serve
+from tests.service.helpers import collection_data_exists, make_settings, serve
 from tests.tiny_bundle import build_tiny_bundle
 
 NEWS = ["stocks rallied on strong earnings", "the central bank held rates", "a new phone launch"]
@@ -29,8 +28,8 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def settings(bundle_dir: Path, tmp_path: Path) -> Settings:
-    return make_settings(bundle_dir, tmp_path / "index", index_kinds="exact,hnsw")
+def settings(bundle_dir: Path, tmp_path: Path, backend) -> Settings:
+    return make_settings(bundle_dir, tmp_path / "index", index_kinds="exact,hnsw", **backend())
 
 
 def _add(client: TestClient, path: str, texts: list[str], **metadata: str) -> list[str]:
@@ -136,7 +135,6 @@ def test_a_missing_collection_is_a_404_everywhere(settings: Settings) -> None:
 
 
 def test_delete_needs_the_name_repeated_and_removes_everything(settings: Settings) -> None:
-    folder = settings.index_dir / COLLECTIONS_DIR / "news"
     with serve(settings) as client:
         client.post("/collections", json={"name": "news"})
         _add(client, "/collections/news/documents", NEWS)
@@ -145,11 +143,11 @@ def test_delete_needs_the_name_repeated_and_removes_everything(settings: Setting
         missing_body = client.request("DELETE", "/collections/news")
         assert missing_body.status_code == 422
         assert client.get("/collections/news/documents/0").status_code == 200
-        assert folder.is_dir()
+        assert collection_data_exists(settings, "news")
         deleted = client.request("DELETE", "/collections/news", json={"name": "news"})
         assert deleted.status_code == 200 and deleted.json() == {"name": "news", "deleted": True}
         assert client.get("/collections/news/documents/0").status_code == 404
-        assert not folder.exists()
+        assert not collection_data_exists(settings, "news")
         assert 'collection="news"' not in client.get("/metrics").text
         refused = client.request("DELETE", "/collections/default", json={"name": "default"})
         assert refused.status_code == 404
@@ -188,6 +186,6 @@ def test_deletion_waits_for_the_requests_using_the_collection(settings: Settings
         holder.join(5)
         deleter.join(5)
         assert not deleter.is_alive()
-        assert not (settings.index_dir / COLLECTIONS_DIR / "busy").exists()
+        assert not collection_data_exists(settings, "busy")
     finally:
         runtime.collections.close()

@@ -30,8 +30,10 @@ def vectors(tiny_bundle_dir: Path, manifest: Manifest) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def settings(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return make_settings(tiny_bundle_dir, tmp_path_factory.mktemp("vectors-index"), max_texts=4)
+def settings(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, backend) -> Settings:
+    return make_settings(
+        tiny_bundle_dir, tmp_path_factory.mktemp("vectors-index"), max_texts=4, **backend()
+    )
 
 
 @pytest.fixture(scope="module")

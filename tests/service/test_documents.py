@@ -1,12 +1,11 @@
-"""``/documents``: add (committed to the SQLite store before the answer), read, replace, delete."""
+"""``/documents``: add (committed to the store of record before the answer), read, replace,
+delete; on both index backends (the ``backend`` fixture)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,18 @@ from fastapi.testclient import TestClient
 
 from service.limits import MAX_LOOKUP_IDS
 from service.settings import Settings
-from tests.service.helpers import make_settings, serve
+from tests.service.helpers import make_settings, serve, stored_texts
 
 
 @pytest.fixture(scope="module")
-def settings(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return make_settings(tiny_bundle_dir, tmp_path_factory.mktemp("documents-index"))
+def settings(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, backend) -> Settings:
+    return make_settings(tiny_bundle_dir, tmp_path_factory.mktemp("documents-index"), **backend())
 
 
 @pytest.fixture(scope="module")
 def client(settings: Settings) -> Iterator[TestClient]:
     with serve(settings) as client:
         yield client
-
-
-def _stored_texts(settings: Settings) -> dict[str, str]:
-    """What the store of record holds, read with sqlite3 from its file."""
-    with closing(sqlite3.connect(settings.index_dir / "store.sqlite3")) as db:
-        return dict(db.execute("SELECT doc_id, text FROM documents"))
 
 
 def _add(client: TestClient, documents: list[dict]) -> list[str]:
@@ -53,7 +46,7 @@ def test_added_documents_are_committed_before_the_answer(
     )
     assert ids[0] == "doc/1"
     assert len(set(ids)) == 3 and all(len(doc_id) == 32 for doc_id in ids[1:])
-    stored = _stored_texts(settings)
+    stored = stored_texts(settings)
     assert stored["doc/1"] == "reset my online banking password"
     assert stored[ids[2]] == "play some jazz"
     got = client.get(f"/documents/{ids[1]}").json()
@@ -79,7 +72,7 @@ def test_delete_removes_from_store_and_indexes(client: TestClient, settings: Set
     response = client.delete(f"/documents/{doc_id}")
     assert response.status_code == 200
     assert response.json() == {"id": doc_id, "deleted": True}
-    assert doc_id not in _stored_texts(settings)
+    assert doc_id not in stored_texts(settings)
     missing = client.get(f"/documents/{doc_id}")
     assert missing.status_code == 404
     assert missing.json()["error"] == {
@@ -115,11 +108,11 @@ def test_delete_removes_from_store_and_indexes(client: TestClient, settings: Set
 def test_bad_documents_are_refused_and_nothing_is_stored(
     client: TestClient, settings: Settings, documents: list, needle: str
 ) -> None:
-    before = _stored_texts(settings)
+    before = stored_texts(settings)
     response = client.post("/documents", json={"documents": documents})
     assert response.status_code == 422
     assert needle in response.json()["error"]["message"]
-    assert _stored_texts(settings) == before
+    assert stored_texts(settings) == before
 
 
 def test_non_finite_metadata_is_refused(client: TestClient) -> None:

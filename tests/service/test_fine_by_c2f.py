@@ -39,9 +39,12 @@ def test_fine_queries_go_through_c2f_when_the_fine_prefix_has_no_index(
         assert route["shortlist_dimension"] == coarse and route["shortlist_k"] == 100
         # The shortlist (100 of 120) holds the true top 5; the re-rank reads float16 vectors.
         vectors = np.array(
-            [item["embeddings"][0]["vector"] for item in client.post(
-                "/embed", json={"texts": [TEXTS[3], *TEXTS], "normalize": True}
-            ).json()["data"]]
+            [
+                item["embeddings"][0]["vector"]
+                for item in client.post(
+                    "/embed", json={"texts": [TEXTS[3], *TEXTS], "normalize": True}
+                ).json()["data"]
+            ]
         )
         scores = vectors[1:] @ vectors[0]
         expected = [f"{i}" for i in np.argsort(-scores, kind="stable")[:5]]
@@ -50,9 +53,7 @@ def test_fine_queries_go_through_c2f_when_the_fine_prefix_has_no_index(
         np.testing.assert_allclose(
             [match["score"] for match in body["hits"]], np.sort(scores)[::-1][:5], atol=2e-3
         )
-        refused = client.get(
-            "/search", params={"q": "x", "granularity": "fine", "scoring": "sfs"}
-        )
+        refused = client.get("/search", params={"q": "x", "granularity": "fine", "scoring": "sfs"})
         assert refused.status_code == 422
 
 

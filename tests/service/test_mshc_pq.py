@@ -62,7 +62,11 @@ def test_manifest_describes_the_compression_parts(bundle_dir: Path) -> None:
     manifest = load_bundle(bundle_dir)
     assert manifest.objective == "mshc" and manifest.prefix_dims == (96, 192, 256, 384)
     assert manifest.compression.to_json()["pq"] == {
-        "file": "pq_codebooks.npy", "dim": 96, "m": 8, "nbits": 8, "shape": [8, 256, 12],
+        "file": "pq_codebooks.npy",
+        "dim": 96,
+        "m": 8,
+        "nbits": 8,
+        "shape": [8, 256, 12],
         "bytes_per_vector": 8,
     }
     assert manifest.compression.sae.output_dim == 32

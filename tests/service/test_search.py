@@ -1,5 +1,6 @@
 """``/search`` over CLINC-150 documents: every route checked against numpy on the vectors that
-``/embed`` returns, the route reported, C2F's recall, and the auto policy."""
+``/embed`` returns, the route reported, C2F's recall, and the auto policy; on both index
+backends (the ``backend`` fixture)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def corpus() -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def client(
-    v5_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, corpus: tuple
+    v5_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, corpus: tuple, backend
 ) -> Iterator[TestClient]:
     settings = make_settings(
         v5_bundle_dir,
@@ -36,6 +37,7 @@ def client(
         sfs=True,
         sfs_fragment_dim=32,
         max_k=NUM_DOCUMENTS,
+        **backend(),
     )
     with serve(settings) as client:
         client.ids = add_documents(client, corpus[0])  # type: ignore[attr-defined]

@@ -39,7 +39,7 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def client(
-    tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, texts: list[str]
+    tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory, texts: list[str], backend
 ) -> Iterator[TestClient]:
     settings = make_settings(
         tiny_bundle_dir,
@@ -48,6 +48,7 @@ def client(
         sfs=True,
         sfs_fragment_dim=32,
         max_k=NUM_DOCUMENTS,
+        **backend(),
     )
     with serve(settings) as client:
         documents = [
@@ -75,6 +76,10 @@ def index_first(client: TestClient) -> Iterator[None]:
     collection.filters = FilterParams(exact_subset_scale=0.0)
     yield
     collection.filters = FilterParams()
+
+
+def _on_milvus(client: TestClient) -> bool:
+    return client.app.state.runtime.settings.index_backend == "milvus"
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
@@ -121,6 +126,9 @@ def test_filtered_routes_return_the_best_matching_documents(
     route_name: str,
     filter_name: str,
 ) -> None:
+    milvus = _on_milvus(client)
+    if milvus and path == "index":
+        pytest.skip("Milvus applies every filter inside its own search: one path, tested once")
     if path == "index":
         request.getfixturevalue("index_first")
     where, predicate = FILTERS[filter_name]
@@ -132,8 +140,12 @@ def test_filtered_routes_return_the_best_matching_documents(
     query_vectors = [vectors[5], vectors[77], None]
     index_path = "selector" if options["index"] == "hnsw" else "scan"
     for result, query_vector in zip(response.json()["results"], query_vectors, strict=True):
-        assert result["route"]["filter"]["mode"] == (index_path if path == "index" else path)
-        assert result["route"]["filter"]["matching"] == len(matching)
+        if milvus:
+            assert result["route"]["filter"]["mode"] == "milvus"
+            assert result["route"]["filter"]["matching"] is None  # Milvus does not count them
+        else:
+            assert result["route"]["filter"]["mode"] == (index_path if path == "index" else path)
+            assert result["route"]["filter"]["matching"] == len(matching)
         assert len(result["hits"]) == K
         got = [int(hit["id"].removeprefix("doc-")) for hit in result["hits"]]
         assert set(got) <= set(matching)
@@ -174,7 +186,8 @@ def test_k_hits_when_k_match_fewer_when_fewer_none_when_none(client: TestClient)
             assert len(results["results"][0]["hits"]) == expected
         none = {"key": "class", "eq": "Cooking"}
         result = client.post("/search", json={**body, "filter": none}).json()["results"][0]
-        assert result["hits"] == [] and result["route"]["filter"]["matching"] == 0
+        counted = None if _on_milvus(client) else 0
+        assert result["hits"] == [] and result["route"]["filter"]["matching"] == counted
 
 
 def test_a_write_shows_in_the_next_filtered_search(client: TestClient) -> None:
