@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -136,7 +137,9 @@ class MilvusConnection:
         timeout_s: float,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
-        self.uri = uri
+        self._uri = uri
+        self.uri = re.sub(r"//[^/@]*@", "//", uri)
+        """The address as messages show it: without a ``user:password@`` part."""
         self._token = token or None
         self.timeout_s = timeout_s
         self._on_error = on_error
@@ -151,7 +154,7 @@ class MilvusConnection:
 
                 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # errors are ours
                 self._client = MilvusClient(
-                    uri=self.uri, token=self._token or "", timeout=self.timeout_s
+                    uri=self._uri, token=self._token or "", timeout=self.timeout_s
                 )
             return self._client
 

@@ -1,5 +1,6 @@
 """A real service process with API keys and a Redis password, logging at debug level, wrong and
-right keys thrown at it, and a Redis that refuses its password: no secret reaches its log."""
+right keys thrown at it, and a Redis that refuses its password; and one with a Milvus token
+through a Milvus outage: no secret reaches its log."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from support.metrics import metric, metric_samples
 from support.processes import RedisServer, ServiceProcess
+from tests.servers import start_milvus
 
 KEY = "e2e-api-key-0123456789abcdef"
 WRONG_KEY = "e2e-api-key-0123456789abcdeX"
@@ -45,3 +47,36 @@ def test_keys_and_the_redis_password_stay_out_of_the_log(
     assert "embedding cache unavailable" in log  # the outage was logged ...
     for secret in (KEY, WRONG_KEY, REDIS_PASSWORD):
         assert secret not in log  # ... and no secret with it
+
+
+MILVUS_TOKEN = "milvus-user:milvus-password-not-to-be-logged"
+
+
+def test_the_milvus_token_stays_out_of_the_log(
+    launch: Callable[..., ServiceProcess], identity_bundle_dir: Path, tmp_path: Path
+) -> None:
+    """On the Milvus backend at debug level, through a Milvus outage (errors logged with the
+    server's address): the token never reaches the log."""
+    milvus = start_milvus(tmp_path)
+    try:
+        server = launch(
+            identity_bundle_dir,
+            tmp_path / "index",
+            index_backend="milvus",
+            milvus_uri=milvus.uri,
+            milvus_token=MILVUS_TOKEN,
+            log_level="debug",
+        )
+        with server.client() as client:
+            added = client.post("/documents", json={"documents": [{"text": "hello"}]})
+            assert added.status_code == 200, added.text
+            milvus.kill()
+            down = client.get("/search", params={"q": "hello"})
+            assert down.status_code == 503
+            assert down.json()["error"]["type"] == "backend_unavailable"
+        assert server.stop() in (0, -15)
+    finally:
+        milvus.kill()
+    log = server.log.read_text()
+    assert "search failed" in log  # the outage was logged ...
+    assert MILVUS_TOKEN not in log and "milvus-password" not in log  # ... without the token
