@@ -111,7 +111,7 @@ def _fragment_dim(settings: Settings, manifest: Manifest) -> int | None:
     return manifest.fragment_dim
 
 
-def _with_kinds(settings: Settings, index_kinds: tuple[str, ...]) -> Settings:
+def with_kinds(settings: Settings, index_kinds: tuple[str, ...]) -> Settings:
     """The settings with a named collection's index kinds (at every prefix)."""
     return settings.model_copy(update={"index_kinds": index_kinds, "fine_index_kinds": None})
 
@@ -182,7 +182,7 @@ class EmbeddedCatalog:
             raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
 
     def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> Settings:
-        return _with_kinds(self._settings, index_kinds).model_copy(
+        return with_kinds(self._settings, index_kinds).model_copy(
             update={"index_dir": self._root / name}
         )
 
@@ -334,10 +334,10 @@ class MilvusCatalog:
         return tuple(record.get("index_kinds", ()))
 
     def open(self, name: str, index_kinds: tuple[str, ...]) -> MilvusCollection:
-        return self._open(name, _with_kinds(self._settings, index_kinds), create=False)
+        return self._open(name, with_kinds(self._settings, index_kinds), create=False)
 
     def create(self, name: str, index_kinds: tuple[str, ...]) -> MilvusCollection:
-        return self._open(name, _with_kinds(self._settings, index_kinds), create=True)
+        return self._open(name, with_kinds(self._settings, index_kinds), create=True)
 
     def remove(self, name: str) -> None:
         milvus_name = self.milvus_name(name)

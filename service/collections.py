@@ -25,7 +25,7 @@ from bundle import Manifest
 from index import CollectionStats
 from index.backend import CollectionMissing, IndexBackend
 from index.kinds import KINDS
-from service.collection import DEFAULT_NAME, IndexDirError, catalog_for
+from service.collection import DEFAULT_NAME, IndexDirError, catalog_for, with_kinds
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
@@ -170,19 +170,15 @@ class CollectionSet:
         searcher = Searcher(collection, self._manifest, self._router, settings, self._metrics)
         return HostedCollection(name, collection, searcher, settings.index_kinds)
 
-    def _settings_for(self, index_kinds: tuple[str, ...]) -> Settings:
-        """The service's settings with a named collection's index kinds (at every prefix)."""
-        return self._settings.model_copy(
-            update={"index_kinds": index_kinds, "fine_index_kinds": None}
-        )
-
     def _open_named(self, name: str, kinds: tuple[str, ...]) -> HostedCollection:
         try:
             check_name(name)
             check_index_kinds(kinds)
         except InvalidRequest as exc:
             raise IndexDirError(f"collection {name!r} has an invalid record: {exc}") from exc
-        hosted = self._host(name, self._catalog.open(name, kinds), self._settings_for(kinds))
+        hosted = self._host(
+            name, self._catalog.open(name, kinds), with_kinds(self._settings, kinds)
+        )
         self._named[name] = hosted
         return hosted
 
@@ -258,7 +254,7 @@ class CollectionSet:
                     "name",
                 )
             collection = self._catalog.create(name, kinds)
-            hosted = self._host(name, collection, self._settings_for(kinds))
+            hosted = self._host(name, collection, with_kinds(self._settings, kinds))
             self._named[name] = hosted
         return hosted
 
