@@ -69,6 +69,7 @@ CONNECT_TIMEOUT_S = 10.0
 """How long a ``host:port`` address may take to accept a TCP connection (Ray itself retries
 an unreachable address for many minutes)."""
 RAY_LOGS = "/tmp/ray/session_latest/logs"
+"""Where a node keeps Ray's logs (Ray Data's included), which an error message points to."""
 
 BundleFiles = dict[str, bytes]
 """File name → content: what the driver puts into the object store."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -161,7 +162,11 @@ def test_the_cli_starts_a_local_cluster_and_stays_quiet(
         "--shard-size", SHARD_ROWS, "--workers", CPUS, "--no-progress", "--ray",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    # Nothing from Ray's Python loggers, Ray Data's console or progress bars. Ray's C++ core
+    # writes a line of its own only when something is slow (a GCS that takes over 5 s to
+    # answer on a loaded machine): those are left out.
+    core_line = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [DIWE] \d+ \d+\] ")
+    assert [line for line in result.stderr.splitlines() if not core_line.match(line)] == []
     assert "embedded 100 documents into 1 shards" in result.stdout
     name = shard_name(0)
     assert (out / name).read_bytes() == (local_out / name).read_bytes()
