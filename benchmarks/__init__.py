@@ -31,6 +31,7 @@ benchmark imports another.
 BENCHMARKS = (
     "c2f_sfs_pq",
     "cache_load",
+    "embed_ray",
     "encoder_throughput",
     "filters",
     "http_load",

@@ -3,7 +3,8 @@
 - :mod:`bulk.corpus` reads a corpus (JSONL, CSV/TSV with a header, Parquet, plain lines);
 - :mod:`bulk.shards` is the shard format: writing atomically, reading and validating whole;
 - :mod:`bulk.embed` runs the bundle's ONNX encoder over a corpus in worker processes
-  (``fractal embed``);
+  (``fractal embed``), or :mod:`bulk.ray_embed` in Ray Data actors on a cluster
+  (``fractal embed --ray``, the ``scale`` extra);
 - :mod:`bulk.importer` adds shards to the service's collection without re-encoding
   (``fractal import``);
 - :mod:`bulk.ingest` sends a corpus to a running service over HTTP, reporting the rows it

@@ -1,12 +1,17 @@
 """``fractal embed``: a corpus → Parquet shards of full vectors, with the bundle's ONNX encoder.
 
-Worker processes each run one :class:`service.encoder.OnnxEncoder` on one intra-op thread. The
-corpus is read in shards of ``shard_size`` records, in order; a shard's texts are sorted by token
-count and cut into batches of at most ``batch_tokens`` padded tokens, so that short texts are not
-padded to long ones. Each shard is written atomically (:func:`bulk.shards.write_shard`) with the
-bundle's hash in it, so a rerun skips every shard that is already there, valid, made by this
-bundle with this dtype, and holds the same records; a missing, partial or stale one is redone.
-``embed.json`` in the output folder describes the finished run.
+The corpus is read in shards of ``shard_size`` records, in order; a shard's texts are sorted by
+token count and cut into batches of at most ``batch_tokens`` padded tokens, so that short texts
+are not padded to long ones. Each shard is written atomically (:func:`bulk.shards.write_shard`)
+with the bundle's hash in it, so a rerun skips every shard that is already there, valid, made by
+this bundle with this dtype, and holds the same records; a missing, partial or stale one is
+redone. ``embed.json`` in the output folder describes the finished run.
+
+Who encodes the batches is the one thing that varies, behind :class:`Encoders`: by default
+:class:`ProcessEncoders`, worker processes on this machine each running one
+:class:`service.encoder.OnnxEncoder` on one intra-op thread; ``fractal embed --ray`` passes
+:class:`bulk.ray_embed.RayEncoders`, Ray Data actors doing the same on a cluster. Everything
+else (planning, resuming, checking, writing) is this module's, whichever encodes.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import json
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -37,8 +44,9 @@ DEFAULT_BATCH_TOKENS = 8192
 
 @dataclass(frozen=True)
 class EmbedOptions:
-    """How to embed: vector dtype, worker processes (0 = one per core), records per shard,
-    padded tokens per encoder batch, which corpus columns, and whether to show progress."""
+    """How to embed: vector dtype, worker processes or Ray actors (0 = one per core, or per CPU
+    of the Ray cluster), records per shard, padded tokens per encoder batch, which corpus
+    columns, and whether to show progress."""
 
     dtype: str = "float16"
     workers: int = 0
@@ -83,6 +91,30 @@ def token_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
     return batches
 
 
+Job = tuple[np.ndarray, list[str]]
+"""One encoder batch: the positions of its texts in their shard, and the texts."""
+
+
+class Encoders(Protocol):
+    """Who encodes the batches of a shard: the one part of a run that :func:`embed_corpus`
+    takes from its caller."""
+
+    def encode(
+        self, jobs: Sequence[Job], done: Callable[[int], object]
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """Each job's positions with its full vectors (``float32``, one row per text, the
+        encoder's output unchanged), in any order; ``done(n)`` after each job of ``n`` texts."""
+        ...
+
+    def close(self) -> None:
+        """Release what :meth:`encode` started (processes, a cluster connection)."""
+        ...
+
+
+EncodersFactory = Callable[[Path, Manifest], Encoders]
+"""Makes the :class:`Encoders` of a run from the bundle folder and its verified manifest."""
+
+
 _worker_encoder: OnnxEncoder | None = None
 
 
@@ -91,14 +123,15 @@ def _start_worker(bundle_dir: Path, manifest: Manifest) -> None:
     _worker_encoder = OnnxEncoder(bundle_dir, manifest, threads=1)
 
 
-def _encode(job: tuple[np.ndarray, list[str]]) -> tuple[np.ndarray, np.ndarray]:
+def _encode(job: Job) -> tuple[np.ndarray, np.ndarray]:
     positions, texts = job
     assert _worker_encoder is not None
     return positions, _worker_encoder.encode(texts).vectors
 
 
-class _Workers:
-    """A pool of encoder processes, started on first use."""
+class ProcessEncoders:
+    """:class:`Encoders` on this machine: a pool of ``processes`` worker processes, each with
+    one ONNX session on one intra-op thread, started on first use."""
 
     def __init__(self, bundle_dir: Path, manifest: Manifest, processes: int) -> None:
         self._arguments = (bundle_dir, manifest)
@@ -106,7 +139,7 @@ class _Workers:
         self._pool = None
 
     def encode(
-        self, jobs: list[tuple[np.ndarray, list[str]]], done: Callable[[int], object]
+        self, jobs: Sequence[Job], done: Callable[[int], object]
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
@@ -148,11 +181,21 @@ def _write_run_file(out_dir: Path, run: dict) -> None:
 
 
 def embed_corpus(
-    corpus: Path, bundle_dir: Path, out_dir: Path, options: EmbedOptions | None = None
+    corpus: Path,
+    bundle_dir: Path,
+    out_dir: Path,
+    options: EmbedOptions | None = None,
+    encoders: EncodersFactory | None = None,
 ) -> EmbedSummary:
-    """Embed every record of ``corpus`` into shards in ``out_dir``; see the module docstring."""
+    """Embed every record of ``corpus`` into shards in ``out_dir``; see the module docstring.
+
+    ``encoders`` makes who encodes the batches (default: :class:`ProcessEncoders` with
+    ``options.workers`` processes, one per core when 0); it is closed at the end.
+    """
     options = options or EmbedOptions()
     options.check()
+    if encoders is None:
+        encoders = partial(ProcessEncoders, processes=options.workers or available_cores())
     try:
         manifest = load_bundle(bundle_dir)
     except BundleError as exc:
@@ -160,7 +203,7 @@ def embed_corpus(
     tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
     tokenizer.no_padding()
     out_dir.mkdir(parents=True, exist_ok=True)
-    workers = _Workers(bundle_dir, manifest, options.workers or available_cores())
+    encoding = encoders(bundle_dir, manifest)
     shards: list[dict] = []
     skipped = redone = rows = 0
     bar = tqdm(desc="embed", unit="doc", disable=not options.progress)
@@ -185,12 +228,12 @@ def embed_corpus(
             if reason != "missing":
                 redone += 1
                 bar.write(f"redoing {path.name}: {reason}", file=sys.stderr)
-            vectors = _embed_chunk(chunk, manifest.dim, tokenizer, workers, options, bar.update)
+            vectors = _embed_chunk(chunk, manifest.dim, tokenizer, encoding, options, bar.update)
             _check_finite(corpus, chunk, vectors, options.dtype)
             write_shard(path, header, chunk.ids, chunk.texts, chunk.metadata, vectors)
     finally:
         bar.close()
-        workers.close()
+        encoding.close()
     _write_run_file(
         out_dir,
         {
@@ -209,7 +252,7 @@ def _embed_chunk(
     chunk: Chunk,
     dim: int,
     tokenizer: Tokenizer,
-    workers: _Workers,
+    encoding: Encoders,
     options: EmbedOptions,
     done: Callable[[int], object],
 ) -> np.ndarray:
@@ -220,7 +263,7 @@ def _embed_chunk(
         for positions in token_batches(lengths, options.batch_tokens)
     ]
     vectors = np.empty((len(chunk), dim), np.float32)
-    for positions, batch in workers.encode(jobs, done):
+    for positions, batch in encoding.encode(jobs, done):
         vectors[positions] = batch
     return vectors.astype(options.dtype)
 

@@ -10,6 +10,7 @@
     fractal mshc --dataset clinc150 --out runs/clinc150-mshc  # MSHC: train, evaluate, export
     fractal finetune --dataset banking77 --objective mic --unfreeze-layers 6 --out runs/b77-mic
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/   # a corpus → Parquet
+    fractal embed corpus.jsonl --bundle bundles/identity --out shards/ --ray  # … on Ray Data
     fractal import shards/ --bundle bundles/identity --index-dir fractal-index
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback. ``fractal ingest
@@ -573,9 +574,22 @@ def _require_pyarrow() -> None:
         ) from None
 
 
+def _require_ray() -> None:
+    """``fractal embed --ray`` encodes on Ray Data: the ``scale`` extra."""
+    try:
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise FractalError("--ray needs Ray Data: pip install 'fractal[scale]'") from None
+
+
 def _cmd_embed(args):
-    """A corpus → Parquet shards of full vectors (:mod:`bulk.embed`)."""
+    """A corpus → Parquet shards of full vectors (:mod:`bulk.embed`; on Ray with ``--ray``,
+    :mod:`bulk.ray_embed`)."""
     _require_pyarrow()
+    if args.ray is not None:
+        _require_ray()
+    from functools import partial
+
     from bulk import BulkError
     from bulk.corpus import Columns
     from bulk.embed import EmbedOptions, embed_corpus
@@ -591,8 +605,13 @@ def _cmd_embed(args):
         progress=not args.no_progress,
         **{name: value for name, value in given.items() if value is not None},
     )
+    encoders = None
+    if args.ray is not None:
+        from bulk.ray_embed import RayEncoders
+
+        encoders = partial(RayEncoders, address=args.ray, actors=options.workers)
     try:
-        summary = embed_corpus(args.corpus, args.bundle, args.out, options)
+        summary = embed_corpus(args.corpus, args.bundle, args.out, options, encoders)
     except BulkError as exc:
         raise FractalError(str(exc)) from None
     print(
@@ -775,13 +794,25 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--bundle", type=Path, required=True, help="the bundle to embed with")
     embed.add_argument("--out", type=Path, required=True, help="folder for the shards")
     embed.add_argument("--dtype", choices=("float16", "float32"), default="float16")
-    embed.add_argument("--workers", type=int, help="encoder processes (default: one per core)")
+    embed.add_argument(
+        "--workers",
+        type=int,
+        help="encoder processes, or Ray actors (default: one per core, or per CPU of the cluster)",
+    )
     embed.add_argument("--shard-size", type=int, help="documents per shard (default: 50000)")
     embed.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default: 8192)")
     embed.add_argument("--id-column", help="default: id if present, else the row number")
     embed.add_argument("--text-column", default="text")
     embed.add_argument(
         "--metadata-columns", type=_name_list, help="a,b (default: every other column)"
+    )
+    embed.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="encode with Ray Data actors: on a new local cluster, or on the cluster at ADDRESS "
+        "(host:port, ray://host:10001, auto); needs the scale extra",
     )
     embed.add_argument("--no-progress", action="store_true")
     embed.set_defaults(handler=_cmd_embed)
