@@ -76,6 +76,8 @@ READ_CHUNK = 1_000
 """Keys per read (an ``in`` expression)."""
 HEALTH_TTL_S = 1.0
 """How long a health check's answer is reused (``/ready`` may be polled often)."""
+RECORD_POLL_S = 0.1
+"""How often a collection another replica is creating is asked for its record."""
 PROPERTY = "fractal.record"
 """The collection property holding its Fractal record: name, bundle, dimensions, index kinds."""
 COLLECTION_MISSING = 100
@@ -331,12 +333,19 @@ class MilvusCollection:
             schema.add_field(vector.name, DataType.FLOAT_VECTOR, dim=vector.dim)
             index_type, built = self.params.index(vector.kind, vector.dim)
             indexes.add_index(vector.name, index_type=index_type, metric_type="IP", params=built)
-        self._call(
-            "create_collection",
-            lambda c: c.create_collection(
-                self.name, schema=schema, index_params=indexes, consistency_level="Strong"
-            ),
-        )
+        try:
+            self._call(
+                "create_collection",
+                lambda c: c.create_collection(
+                    self.name, schema=schema, index_params=indexes, consistency_level="Strong"
+                ),
+            )
+        except BackendUnavailable:
+            if not self._call("has_collection", lambda c: c.has_collection(self.name)):
+                raise
+            self._check_record()  # another replica created it first: its record decides
+            return
+        # The record is written last: until it is there, the collection is being created.
         self._call(
             "alter_collection_properties",
             lambda c: c.alter_collection_properties(
@@ -345,7 +354,15 @@ class MilvusCollection:
         )
 
     def _check_record(self) -> None:
-        found = stored_record(self.connection, self.name)
+        """Refuse a collection with another bundle's record or another layout. One without a
+        record is being created by another replica (the record is its last step): its record
+        is waited for, up to a call's deadline, before the collection is refused as not
+        Fractal's."""
+        deadline = time.monotonic() + self.params.timeout_s
+        while (found := stored_record(self.connection, self.name)) is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(RECORD_POLL_S)
         if found is None:
             raise ValueError(
                 f"Milvus collection {self.name!r} was not made by Fractal (it has no "
