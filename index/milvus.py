@@ -78,6 +78,14 @@ HEALTH_TTL_S = 1.0
 """How long a health check's answer is reused (``/ready`` may be polled often)."""
 RECORD_POLL_S = 0.1
 """How often a collection another replica is creating is asked for its record."""
+RECONNECT_BACKOFF_MS = 1_000
+RECONNECT_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+    "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+}
+"""gRPC channel options: a lost server is tried again every second. gRPC's own backoff grows
+to two minutes (pymilvus shares one channel per server, so a new client waits it out too): a
+replica would answer 503 for up to that long after Milvus came back."""
 PROPERTY = "fractal.record"
 """The collection property holding its Fractal record: name, bundle, dimensions, index kinds."""
 COLLECTION_MISSING = 100
@@ -153,7 +161,10 @@ class MilvusConnection:
 
                 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # errors are ours
                 self._client = MilvusClient(
-                    uri=self.uri, token=self._token or "", timeout=self.timeout_s
+                    uri=self.uri,
+                    token=self._token or "",
+                    timeout=self.timeout_s,
+                    grpc_options=RECONNECT_OPTIONS,
                 )
             return self._client
 
@@ -173,7 +184,7 @@ class MilvusConnection:
             failure = f"Milvus at {self.uri}: {operation} failed: {exc.message}"
         except Exception as exc:  # grpc and socket errors come in many types
             failure = f"Milvus at {self.uri}: {operation} failed: {type(exc).__name__}: {exc}"
-        self.close()  # the next call connects afresh, without waiting out gRPC's backoff
+        self.close()  # the next call takes a new client; the channel retries on its own
         if self._on_error is not None:
             self._on_error(operation)
         logger.warning("%s", failure)
