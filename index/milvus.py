@@ -77,6 +77,16 @@ READ_CHUNK = 1_000
 """Keys per read (an ``in`` expression)."""
 HEALTH_TTL_S = 1.0
 """How long a health check's answer is reused (``/ready`` may be polled often)."""
+RECORD_POLL_S = 0.1
+"""How often a collection another replica is creating is asked for its record."""
+RECONNECT_BACKOFF_MS = 1_000
+RECONNECT_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+    "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+}
+"""gRPC channel options: a lost server is tried again every second. gRPC's own backoff grows
+to two minutes (pymilvus shares one channel per server, so a new client waits it out too): a
+replica would answer 503 for up to that long after Milvus came back."""
 PROPERTY = "fractal.record"
 """The collection property holding its Fractal record: name, bundle, dimensions, index kinds."""
 COLLECTION_MISSING = 100
@@ -154,7 +164,10 @@ class MilvusConnection:
 
                 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # errors are ours
                 self._client = MilvusClient(
-                    uri=self._uri, token=self._token or "", timeout=self.timeout_s
+                    uri=self._uri,
+                    token=self._token or "",
+                    timeout=self.timeout_s,
+                    grpc_options=RECONNECT_OPTIONS,
                 )
             return self._client
 
@@ -174,7 +187,7 @@ class MilvusConnection:
             failure = f"Milvus at {self.uri}: {operation} failed: {exc.message}"
         except Exception as exc:  # grpc and socket errors come in many types
             failure = f"Milvus at {self.uri}: {operation} failed: {type(exc).__name__}: {exc}"
-        self.close()  # the next call connects afresh, without waiting out gRPC's backoff
+        self.close()  # the next call takes a new client; the channel retries on its own
         if self._on_error is not None:
             self._on_error(operation)
         logger.warning("%s", failure)
@@ -334,12 +347,19 @@ class MilvusCollection:
             schema.add_field(vector.name, DataType.FLOAT_VECTOR, dim=vector.dim)
             index_type, built = self.params.index(vector.kind, vector.dim)
             indexes.add_index(vector.name, index_type=index_type, metric_type="IP", params=built)
-        self._call(
-            "create_collection",
-            lambda c: c.create_collection(
-                self.name, schema=schema, index_params=indexes, consistency_level="Strong"
-            ),
-        )
+        try:
+            self._call(
+                "create_collection",
+                lambda c: c.create_collection(
+                    self.name, schema=schema, index_params=indexes, consistency_level="Strong"
+                ),
+            )
+        except BackendUnavailable:
+            if not self._call("has_collection", lambda c: c.has_collection(self.name)):
+                raise
+            self._check_record()  # another replica created it first: its record decides
+            return
+        # The record is written last: until it is there, the collection is being created.
         self._call(
             "alter_collection_properties",
             lambda c: c.alter_collection_properties(
@@ -348,7 +368,15 @@ class MilvusCollection:
         )
 
     def _check_record(self) -> None:
-        found = stored_record(self.connection, self.name)
+        """Refuse a collection with another bundle's record or another layout. One without a
+        record is being created by another replica (the record is its last step): its record
+        is waited for, up to a call's deadline, before the collection is refused as not
+        Fractal's."""
+        deadline = time.monotonic() + self.params.timeout_s
+        while (found := stored_record(self.connection, self.name)) is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(RECORD_POLL_S)
         if found is None:
             raise ValueError(
                 f"Milvus collection {self.name!r} was not made by Fractal (it has no "

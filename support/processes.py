@@ -248,7 +248,13 @@ class RedisServer:
 class MilvusServer:
     """``milvus-lite server`` (a Milvus-protocol gRPC server) on 127.0.0.1:``port`` with its data
     in ``directory/milvus``; restartable on that port with the same data (one process per data
-    directory, as milvus-lite requires)."""
+    directory, as milvus-lite requires).
+
+    It serves one request at a time (``--max-workers 1``). milvus-lite (3.2.2) opens a
+    collection on the first request that names it, without a lock: after a restart, two
+    concurrent first requests open it twice, each copy writing the same WAL file, and the
+    writes acknowledged through the copy it drops are lost. Its requests take the GIL anyway.
+    """
 
     directory: Path
     port: int = field(default_factory=free_port)
@@ -267,7 +273,7 @@ class MilvusServer:
         milvus-lite is not installed."""
         command = [find_binary("milvus-lite", MILVUS_INSTALL), "server"]
         command += ["--data-dir", str(self.directory / "milvus"), "--host", "127.0.0.1"]
-        command += ["--port", str(self.port)]
+        command += ["--port", str(self.port), "--max-workers", "1"]
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=output)
         wait_until(self._answers, f"milvus-lite on port {self.port}", timeout_s)
