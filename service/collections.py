@@ -182,6 +182,12 @@ class CollectionSet:
         self._named[name] = hosted
         return hosted
 
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas create and delete collections in the same backend (then
+        :meth:`get` and :meth:`all` may ask it)."""
+        return self._catalog.shared
+
     def problem(self) -> str | None:
         """None while the backend can serve, else why not (``/ready``)."""
         return self._catalog.problem()

@@ -184,10 +184,17 @@ class Runtime:
         up much."""
         while True:
             await asyncio.sleep(self.settings.snapshot_interval_s)
-            for hosted in self.collections.all():
+            for hosted in await asyncio.to_thread(self.collections.all):
                 await asyncio.to_thread(hosted.snapshot_if_changed)
 
     # -- operations ------------------------------------------------------------------------
+
+    async def collection_named(self, name: str | None) -> HostedCollection:
+        """The collection called ``name`` (None: the default one; 404 if none). With a shared
+        catalog an unknown name is looked up in the backend, off the event loop."""
+        if name is None or not self.collections.shared:
+            return self.collections.get(name)
+        return await asyncio.to_thread(self.collections.get, name)
 
     async def embed(self, texts: Sequence[str]) -> Encoded:
         """Full embeddings of ``texts`` (checked by the request models' rules), from the
@@ -227,7 +234,7 @@ class Runtime:
         """Embed and store documents (ids generated where missing) in ``collection`` (None:
         the default one); committed on return. The texts and ids are checked by the request
         models' rules."""
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             doc_ids = self._checked_documents(ids, param)
             encoded = await self.batcher.embed(texts)
             await self._store(hosted, doc_ids, texts, encoded.vectors, metadata)
@@ -246,7 +253,7 @@ class Runtime:
         and values checked by the request models' rules), without encoding, in ``collection``;
         all or nothing, committed on return."""
         doc_ids = self._checked_documents(ids, param)
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             await self._store(hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
         return doc_ids
 
@@ -288,14 +295,14 @@ class Runtime:
         hosted.mark_written()
 
     async def get_document(self, doc_id: str, collection: str | None = None) -> StoredDocument:
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             (document,) = await asyncio.to_thread(hosted.collection.contents_of, [doc_id])
         if document is None:
             raise NotFound(f"no document with id {doc_id!r}", "id")
         return StoredDocument(document.id, document.text, document.metadata)
 
     async def delete_document(self, doc_id: str, collection: str | None = None) -> None:
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             if not await asyncio.to_thread(hosted.collection.delete, [doc_id]):
                 raise NotFound(f"no document with id {doc_id!r}", "id")
             hosted.mark_written()
@@ -305,7 +312,7 @@ class Runtime:
     ) -> HostedCollection:
         """Create and open a named collection (off the event loop: it opens a store)."""
         hosted = await asyncio.to_thread(self.collections.create, name, index_kinds)
-        self.refresh_gauges_if_reachable()
+        await asyncio.to_thread(self.refresh_gauges_if_reachable)
         return hosted
 
     async def delete_collection(self, name: str) -> None:
@@ -319,14 +326,14 @@ class Runtime:
             metrics.index_vectors,
         ):
             gauge.clear()  # the deleted collection's series go; the others' come back below
-        self.refresh_gauges_if_reachable()
+        await asyncio.to_thread(self.refresh_gauges_if_reachable)
 
     async def find_documents(
         self, doc_ids: Sequence[str], collection: str | None = None
     ) -> list[str]:
         """Which of ``doc_ids`` (checked by the request model's rules) are stored in
         ``collection``, in the order given, each once."""
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             present = await asyncio.to_thread(hosted.collection.present, doc_ids)
         return [doc_id for doc_id in dict.fromkeys(doc_ids) if doc_id in present]
 
@@ -336,7 +343,7 @@ class Runtime:
         """Search every query in ``collection`` (None: the default one); also the seconds spent
         encoding them (queue wait included)."""
         loop = asyncio.get_running_loop()
-        with self.collections.get(collection).use() as hosted:
+        with (await self.collection_named(collection)).use() as hosted:
             started = loop.time()
             encoded = await self.embed(queries)
             encode_seconds = loop.time() - started

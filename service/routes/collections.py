@@ -7,6 +7,7 @@ one asks for its name again in the body, so that a mistyped URL cannot delete th
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path
@@ -73,13 +74,18 @@ def _out(hosted: HostedCollection) -> CollectionOut:
 async def create_collection(body: CreateCollectionRequest, runtime: RuntimeDep) -> CollectionOut:
     """Create an empty named collection."""
     kinds = tuple(body.index_kinds) if body.index_kinds is not None else None
-    return _out(await runtime.create_collection(body.name, kinds))
+    hosted = await runtime.create_collection(body.name, kinds)
+    return await asyncio.to_thread(_out, hosted)
 
 
 @router.get("/collections", responses=error_responses(503))
 async def list_collections(runtime: RuntimeDep) -> CollectionList:
     """The default collection and the named ones, with their document counts."""
-    return CollectionList(collections=[_out(hosted) for hosted in runtime.collections.all()])
+
+    def listed() -> list[CollectionOut]:  # the backend may be asked: off the event loop
+        return [_out(hosted) for hosted in runtime.collections.all()]
+
+    return CollectionList(collections=await asyncio.to_thread(listed))
 
 
 @router.delete("/collections/{name}", responses=error_responses(404, 422, 503))

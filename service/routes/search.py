@@ -229,7 +229,8 @@ async def _run(
     queries: list[str],
     options: SearchQuery | SearchBatch,
 ) -> tuple[list[QueryResultOut], Timings]:
-    plan = runtime.collections.get(options.collection).searcher.plan(
+    hosted = await runtime.collection_named(options.collection)
+    plan = hosted.searcher.plan(
         k=options.k,
         granularity=options.granularity,
         index=options.index,
