@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import redis
@@ -192,44 +193,75 @@ def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -
 
 
 @dataclass
-class RedisServer:
-    """``redis-server`` without persistence on 127.0.0.1:``port``; restartable on that port."""
+class LoopbackServer:
+    """A server process on 127.0.0.1:``port`` with its files and log in ``directory``;
+    restartable on that port. Subclasses say how to start it and when it answers."""
 
     directory: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    NAME: ClassVar[str] = "server"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / f"{self.NAME}.log"
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ping(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+        """Start it and wait until it answers; :class:`MissingBinary` when not installed."""
+        command = self._command()
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+        wait_until(self._answers, f"{self.NAME} on port {self.port}", timeout_s)
+
+    def _answers(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ProcessFailed(f"{self.NAME} exited: {log_tail(self.log)}")
+        return self._ping()
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-conversation, as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ten seconds."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class RedisServer(LoopbackServer):
+    """``redis-server`` without persistence (it answers PING when ready)."""
+
+    NAME: ClassVar[str] = "redis"
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    @property
-    def log(self) -> Path:
-        return self.directory / "redis.log"
-
-    def start(self) -> None:
-        """Start it and wait until it answers PING; :class:`MissingBinary` when not installed."""
+    def _command(self) -> list[str]:
         command = [find_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1"]
-        command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
-        wait_until(self._answers, f"redis-server on port {self.port}")
+        return command + ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
 
-    def _answers(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise ProcessFailed(f"redis-server exited: {log_tail(self.log)}")
+    def _ping(self) -> bool:
         try:
             with redis.Redis(port=self.port, socket_timeout=1.0) as client:
                 return bool(client.ping())
         except redis.RedisError:
             return False
-
-    def kill(self) -> None:
-        """SIGKILL: Redis vanishes mid-conversation, as in a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
 
     def pause(self) -> None:
         """SIGSTOP: Redis still accepts connections but answers nothing (a hung server)."""
@@ -245,7 +277,7 @@ class RedisServer:
 
 
 @dataclass
-class MilvusServer:
+class MilvusServer(LoopbackServer):
     """``milvus-lite server`` (a Milvus-protocol gRPC server) on 127.0.0.1:``port`` with its data
     in ``directory/milvus``; restartable on that port with the same data (one process per data
     directory, as milvus-lite requires).
@@ -256,50 +288,20 @@ class MilvusServer:
     writes acknowledged through the copy it drops are lost. Its requests take the GIL anyway.
     """
 
-    directory: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen | None = None
+    NAME: ClassVar[str] = "milvus"
 
     @property
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def log(self) -> Path:
-        return self.directory / "milvus.log"
-
-    def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
-        """Start it and wait until it lists its collections; :class:`MissingBinary` when
-        milvus-lite is not installed."""
+    def _command(self) -> list[str]:
         command = [find_binary("milvus-lite", MILVUS_INSTALL), "server"]
         command += ["--data-dir", str(self.directory / "milvus"), "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--max-workers", "1"]
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
-        wait_until(self._answers, f"milvus-lite on port {self.port}", timeout_s)
+        return command + ["--port", str(self.port), "--max-workers", "1"]
 
-    def _answers(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise ProcessFailed(f"milvus-lite exited: {log_tail(self.log)}")
+    def _ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
                 return True
         except OSError:
             return False
-
-    def kill(self) -> None:
-        """SIGKILL: Milvus vanishes mid-conversation, as in a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within ten seconds."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(10.0)
-        except subprocess.TimeoutExpired:
-            self.kill()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -21,20 +21,16 @@ import pytest
 from support.processes import (
     INSTALL,
     MILVUS_INSTALL,
+    LoopbackServer,
     MilvusServer,
     MissingBinary,
-    ProcessFailed,
     RedisServer,
     ServiceProcess,
     find_binary,
-    free_port,
-    log_tail,
     start_service,
-    wait_until,
 )
 
 SERVICE_START_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 10.0
 GRACEFUL_EXITS = (0, -signal.SIGTERM)
 """Exit statuses after SIGTERM: uvicorn shuts down gracefully, then re-raises the signal."""
 TEST_SETTINGS = {"snapshot_interval_s": "0", "encoder_threads": "1"}
@@ -83,37 +79,26 @@ def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str)
 
 
 @dataclass
-class PrometheusServer:
-    """``prometheus`` with a given config on 127.0.0.1:``port``, data in a temporary dir."""
+class PrometheusServer(LoopbackServer):
+    """``prometheus`` with a given config (``config``), data in ``directory``."""
 
-    directory: Path
-    config: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen | None = None
+    config: Path | None = None
+    NAME: ClassVar[str] = "prometheus"
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def log(self) -> Path:
-        return self.directory / "prometheus.log"
-
-    def start(self) -> None:
-        command = [
+    def _command(self) -> list[str]:
+        assert self.config is not None, "PrometheusServer needs a config file"
+        return [
             require_binary("prometheus"),
             f"--config.file={self.config}",
             f"--storage.tsdb.path={self.directory / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
         ]
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
-        wait_until(self._ready, f"prometheus on port {self.port}")
 
-    def _ready(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise ProcessFailed(f"prometheus exited: {log_tail(self.log)}")
+    def _ping(self) -> bool:
         try:
             return httpx.get(f"{self.base_url}/-/ready", timeout=1.0).status_code == 200
         except httpx.TransportError:
@@ -124,12 +109,3 @@ class PrometheusServer:
         response = httpx.get(f"{self.base_url}/api/v1/query", params={"query": promql}, timeout=5)
         response.raise_for_status()
         return response.json()["data"]["result"]
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)

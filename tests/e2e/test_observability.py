@@ -67,7 +67,7 @@ def stack(v5_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     )
     config = directory / "prometheus.yml"
     config.write_text(yaml.safe_dump(scrape_config_for(service.base_url.removeprefix("http://"))))
-    prometheus = PrometheusServer(directory, config)
+    prometheus = PrometheusServer(directory, config=config)
     try:
         prometheus.start()
         with service.client() as client:
