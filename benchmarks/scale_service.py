@@ -53,7 +53,7 @@ from benchmarks.harness.runner import Progress, bundle_folder, int_list, option
 from benchmarks.harness.wrk import run_wrk
 from benchmarks.scale import KEPT_RECORD
 from bundle import load_bundle
-from service.collection import open_collection
+from service.collection import catalog_for
 from service.settings import Settings as ServiceSettings
 from support.client import FractalClient
 from support.processes import RedisServer, ServiceProcess, start_service
@@ -231,14 +231,15 @@ def _phase(
 
 def build_fine_graph(settings: Settings, built: dict, index_dir: Path) -> dict:
     """Build the fine HNSW graph into the folder's snapshot in this process, opening the folder
-    as the ``--fine-hnsw`` service does (:func:`service.collection.open_collection` with its
+    as the ``--fine-hnsw`` service does (:func:`service.collection.catalog_for` with its
     settings), so that the service loads it at start: it would build it before answering
     ``/ready``, and snapshot it at shutdown only after a write. The seconds the open (the build)
     and the snapshot took; nothing is built when the snapshot already holds the graph."""
     values = _service_settings(settings, built, None, True)
     opened = ServiceSettings(bundle_dir=settings.bundle, index_dir=index_dir, **values)
     started = time.perf_counter()
-    collection = open_collection(opened, load_bundle(opened.bundle_dir))
+    catalog = catalog_for(opened, load_bundle(opened.bundle_dir))
+    collection = catalog.open_default()
     try:
         build_seconds = time.perf_counter() - started
         rebuilt = collection.stats().recovery["rebuilt"]
@@ -252,6 +253,7 @@ def build_fine_graph(settings: Settings, built: dict, index_dir: Path) -> dict:
         }
     finally:
         collection.close()
+        catalog.close()
 
 
 def _serve(
