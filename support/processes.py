@@ -253,6 +253,8 @@ class MilvusServer:
     directory: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    """Variables added to the server's environment (``OMP_NUM_THREADS``: its FAISS threads)."""
 
     @property
     def uri(self) -> str:
@@ -268,8 +270,9 @@ class MilvusServer:
         command = [find_binary("milvus-lite", MILVUS_INSTALL), "server"]
         command += ["--data-dir", str(self.directory / "milvus"), "--host", "127.0.0.1"]
         command += ["--port", str(self.port)]
+        env = os.environ | self.environment
         with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+            self.process = subprocess.Popen(command, stdout=output, stderr=output, env=env)
         wait_until(self._answers, f"milvus-lite on port {self.port}", timeout_s)
 
     def _answers(self) -> bool:
