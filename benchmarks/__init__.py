@@ -29,6 +29,7 @@ benchmark imports another.
 """
 
 BENCHMARKS = (
+    "backends",
     "c2f_sfs_pq",
     "cache_load",
     "embed_ray",

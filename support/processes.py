@@ -200,6 +200,9 @@ class LoopbackServer:
     directory: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    """Variables added to the server's environment (``OMP_NUM_THREADS``: milvus-lite's FAISS
+    threads)."""
     NAME: ClassVar[str] = "server"
 
     @property
@@ -216,7 +219,9 @@ class LoopbackServer:
         """Start it and wait until it answers; :class:`MissingBinary` when not installed."""
         command = self._command()
         with self.log.open("ab") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+            self.process = subprocess.Popen(
+                command, stdout=output, stderr=output, env=os.environ | self.environment
+            )
         wait_until(self._answers, f"{self.NAME} on port {self.port}", timeout_s)
 
     def _answers(self) -> bool:
