@@ -65,7 +65,7 @@ from matplotlib.figure import Figure
 
 from benchmarks.harness.labelled_mixture import LabelledMixture, LabelledVectors, toy_labelled
 from benchmarks.harness.machine import load_average
-from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from benchmarks.harness.search_measure import faiss_threads, first_reaching, recall_at_k
 from bundle import Manifest, load_bundle
@@ -1081,13 +1081,7 @@ def markdown(report: dict) -> str:
         "index nodes, query nodes in parallel). They say what the Milvus backend costs against "
         "milvus-lite, and that both backends return the same documents.",
         "## Targets\n\n"
-        + markdown_table(
-            ["target", "reached", "met"],
-            [
-                [t["target"], t["reached"], "yes" if t["met"] else "**no**"]
-                for t in report["targets"]
-            ],
-        ),
+        + targets_table(report["targets"]),
         "## Per route\n\n"
         "Recall at the service's efSearch on both backends, then each backend at the smallest "
         "efSearch reaching the floor, recall@10 ≥ 0.99 (C2F: what exact C2F reaches with the "

@@ -45,7 +45,7 @@ from tokenizers import Tokenizer
 
 from benchmarks.harness.clinc_documents import labelled_documents
 from benchmarks.harness.machine import load_average
-from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bulk.embed import DEFAULT_BATCH_TOKENS, DEFAULT_SHARD_ROWS, EmbedOptions, embed_corpus
 from bulk.ray_embed import LOCAL, RayEncoders, cluster
@@ -221,10 +221,6 @@ def markdown(report: dict) -> str:
          r["shards"], r["load_average_1_5_15_min"]]
         for r in report["runs"]
     ]  # fmt: skip
-    target_rows = [
-        [row["target"], row["reached"], "met" if row["met"] else "MISSED"]
-        for row in report["targets"]
-    ]
     data = report["data"]
     return "\n\n".join(
         [
@@ -256,7 +252,7 @@ def markdown(report: dict) -> str:
                 ["round", "path", "seconds", "texts/s", "shards", "load average (1, 5, 15 min)"],
                 run_rows,
             ),
-            "## Targets\n\n" + markdown_table(["target", "reached", "verdict"], target_rows),
+            "## Targets\n\n" + targets_table(report["targets"]),
             "## Machine and settings\n\n" + bullet_list(report["machine"]),
             bullet_list(settings),
         ]

@@ -51,7 +51,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from benchmarks.harness.labelled_mixture import LabelledMixture, LabelledVectors, toy_labelled
-from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_measure import faiss_threads
 from index import Collection, HnswParams, PqParams
@@ -867,13 +867,7 @@ def markdown(report: dict) -> str:
         "the whole collection call. p99 includes time the process was descheduled on this "
         "shared machine.",
         "## Targets\n\n"
-        + markdown_table(
-            ["target", "reached", "met"],
-            [
-                [t["target"], t["reached"], "yes" if t["met"] else "**no**"]
-                for t in report["targets"]
-            ],
-        ),
+        + targets_table(report["targets"]),
         "## Equal recall: coarse HNSW at 10% against unfiltered\n\n"
         "Each side's cheapest efSearch (filtered: the efSearch given, raised by the policy to "
         "`ef / √0.1`) reaching the floor, each against its own brute force.\n\n"

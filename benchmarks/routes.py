@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
-from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.router_decisions import decisions
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import COARSE, load_bundle
@@ -542,13 +542,7 @@ def markdown(report: dict) -> str:
             "",
             "## Targets",
             "",
-            markdown_table(
-                ["target", "reached", "met"],
-                [
-                    [t["target"], t["reached"], "yes" if t["met"] else "**no**"]
-                    for t in report["targets"]
-                ],
-            ),  # fmt: skip
+            targets_table(report["targets"]),
         ],
         [
             "## 1. The coarse prefix: Pareto across V5 settings (seed 42)",

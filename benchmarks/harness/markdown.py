@@ -13,6 +13,15 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     return "\n".join(lines)
 
 
+def targets_table(targets: Sequence[Mapping]) -> str:
+    """A benchmark's ``targets`` list as a table: target, the number reached, met (a missed
+    one in bold)."""
+    return markdown_table(
+        ["target", "reached", "met"],
+        [[t["target"], t["reached"], "yes" if t["met"] else "**no**"] for t in targets],
+    )
+
+
 def faster(ratio: float) -> str:
     """A speed-up (reference time / time) in words: ``2.50× faster``, below 1 ``1.25× slower``."""
     return f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
