@@ -428,8 +428,9 @@ class Runtime:
         )
 
 
-def current_runtime(request: Request) -> Runtime:
-    """The app's runtime, or 503 while it is not loaded or is shutting down."""
+async def current_runtime(request: Request) -> Runtime:
+    """The app's runtime, or 503 while it is not loaded or is shutting down. (A coroutine:
+    FastAPI runs a plain function dependency in a worker thread, a thread hop per request.)"""
     runtime: Runtime | None = request.app.state.runtime
     if runtime is None or not runtime.ready:
         raise NotReady("the service is not ready: the bundle and index are not loaded")

@@ -122,11 +122,17 @@ class SecurityMiddleware:
 
     def _stack_for(self, settings: Settings) -> ASGIApp:
         if settings is not self._settings:
-            self._stack = CORSMiddleware(
-                _Guard(self.app, settings),
-                allow_origins=settings.cors_origins,
-                allow_methods=CORS_METHODS,
-                allow_headers=CORS_HEADERS,
+            guard = _Guard(self.app, settings)
+            # Without allowed origins CORS only adds work to every request: left out.
+            self._stack = (
+                CORSMiddleware(
+                    guard,
+                    allow_origins=settings.cors_origins,
+                    allow_methods=CORS_METHODS,
+                    allow_headers=CORS_HEADERS,
+                )
+                if settings.cors_origins
+                else guard
             )
             self._settings = settings
         return self._stack
