@@ -260,7 +260,9 @@ async def search(
 ) -> SearchResponse:
     """Search the documents with one query."""
     (result,), timings = await _run(runtime, request, [params.q], params)
-    return SearchResponse(**result.model_dump(), timings_ms=timings)
+    return SearchResponse(
+        query=result.query, route=result.route, hits=result.hits, timings_ms=timings
+    )
 
 
 @router.post("/search", responses=error_responses(404, 422, 429, 503))
