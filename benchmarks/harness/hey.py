@@ -95,6 +95,8 @@ class HeyResult:
     answered: dict[str, Answered]
     transport_errors: int
     """Requests that got no answer: timeouts, resets, refused connections."""
+    last_sent_s: float
+    """When the last answered request was sent, in seconds after hey started."""
     client_cpu_percent: float
 
     def count(self, *statuses: str) -> int:
@@ -152,9 +154,10 @@ class HeyRun:
             command += ["-cpus", str(len(cpus.split(",")))]
         if request.body is not None:
             command += ["-T", "application/json", "-d", request.body]
+        self.rows: HeyRows | None = None
         self.output = tempfile.TemporaryFile()
         self.errors = tempfile.TemporaryFile()
-        self.deadline_s = seconds * 3 + timeout_s + 30
+        self.deadline_s = seconds * 10 + timeout_s + 60
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
             pinned([*command, base_url + request.path], cpus),
@@ -163,7 +166,8 @@ class HeyRun:
         )
 
     def result(self) -> HeyResult:
-        """Wait for hey (killed after three times its planned duration); its result."""
+        """Wait for hey (killed after ten times its planned duration: then an error); its
+        result. Its rows are kept in ``rows``."""
         timer = threading.Timer(self.deadline_s, self.process.kill)
         timer.start()
         try:
@@ -179,7 +183,7 @@ class HeyRun:
         self.errors.close()
         if self.process.returncode != 0:
             raise RuntimeError(f"hey failed ({self.process.returncode}): {errors[-500:]}")
-        rows = parse_hey_csv(text)
+        rows = self.rows = parse_hey_csv(text)
         return HeyResult(
             rate_asked=self.rate,
             workers=self.workers,
@@ -187,6 +191,7 @@ class HeyRun:
             seconds=wall,
             answered=rows.answered(),
             transport_errors=self.requests - len(rows),
+            last_sent_s=float(rows.offset_s.max()) if len(rows) else 0.0,
             client_cpu_percent=100.0 * (usage.ru_utime + usage.ru_stime) / wall,
         )
 

@@ -93,6 +93,10 @@ class HttpRequest:
     def post_json(cls, path: str, payload: object) -> HttpRequest:
         return cls("POST", path, json.dumps(payload))
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.body is None else {"Content-Type": "application/json"}
+
 
 @dataclass(frozen=True)
 class WrkResult:
