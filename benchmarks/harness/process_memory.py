@@ -54,7 +54,3 @@ class RssSampler:
     ) -> None:
         self._stop.set()
         self._thread.join()
-
-    def after(self, seconds: float) -> list[int]:
-        """The samples taken ``seconds`` or more after the start, in bytes."""
-        return [rss for at, rss in self.samples if at >= seconds]
