@@ -40,6 +40,7 @@ BENCHMARKS = (
     "low_dim",
     "mshc",
     "mshc_service",
+    "overload",
     "reproduce_clinc",
     "routes",
     "scale",
@@ -47,4 +48,5 @@ BENCHMARKS = (
     "scale_service",
     "service_settings",
     "sfs_retrieval",
+    "soak",
 )

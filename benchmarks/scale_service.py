@@ -36,9 +36,7 @@ issue asks for is coarse QPS against that fine QPS, warm, at the same concurrenc
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import tempfile
 import time
 import urllib.parse
@@ -49,7 +47,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from benchmarks.harness.markdown import bullet_list, markdown_table
-from benchmarks.harness.runner import Progress, bundle_folder, int_list, option
+from benchmarks.harness.process_memory import status_bytes
+from benchmarks.harness.runner import Progress, bundle_folder, int_list, option, yes_no
 from benchmarks.harness.wrk import run_wrk
 from benchmarks.scale import KEPT_RECORD
 from bundle import load_bundle
@@ -67,14 +66,6 @@ ROUTES = {
     "fine_hnsw": {"granularity": "fine", "index": "hnsw"},
 }
 SMOKE_DOCUMENTS = 300
-
-
-def yes_no(text: str) -> bool:
-    """``yes`` / ``no`` (or true / false, 1 / 0) on the command line."""
-    words = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
-    if text.lower() not in words:
-        raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
-    return words[text.lower()]
 
 
 @dataclass(frozen=True)
@@ -113,15 +104,6 @@ SMOKE = Settings(connections=(1, 4), seconds=1.0, queries=40, fine_hnsw=True)
 
 def results_name(settings: Settings) -> str:
     return "scale_service" + (f"_{settings.tag}" if settings.tag else "")
-
-
-def rss_anon_bytes(pid: int) -> int:
-    """The process's anonymous resident memory (``RssAnon`` in ``/proc/PID/status``)."""
-    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
-    match = re.search(r"^RssAnon:\s+(\d+) kB", status, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"no RssAnon in /proc/{pid}/status")
-    return int(match.group(1)) * 1024
 
 
 def search_paths(queries: Sequence[str], params: dict[str, str]) -> list[str]:
@@ -200,7 +182,7 @@ def _phase(
     ready_s = time.perf_counter() - started
     with FractalClient(service.base_url) as client:
         info = client.info()
-        rss = rss_anon_bytes(service.process.pid)
+        rss = status_bytes(service.process.pid, "RssAnon")
         if warm:
             for route in routes:
                 client.search_batch(queries, k=K, **ROUTES[route])
@@ -400,7 +382,11 @@ def markdown(report: dict) -> str:
             ),
             markdown_table(
                 [
-                    "service", "documents", "ready s", "RssAnon MiB", "RssAnon B/doc",
+                    "service",
+                    "documents",
+                    "ready s",
+                    "RssAnon MiB",
+                    "RssAnon B/doc",
                     "C2F shortlist dim",
                 ],
                 rows,

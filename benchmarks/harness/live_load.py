@@ -1,13 +1,17 @@
-"""Load on the live service: its corpus, its ingest, and one load cell.
+"""Load on the live service: its corpus, its ingest, the service serving it, its requests as a
+load generator sends them, the encoder's own rate, and one load cell of the asyncio client.
 
 Corpus: every distinct sentence of the data folder (:func:`benchmarks.harness.search_data.
 real_sentences`) except the query texts, topped up to ``documents`` with *composed* documents,
 each two distinct random sentences of the corpus joined by a space (seeded; all texts distinct).
 Queries: CLINC-150 in-scope test utterances, held out of the corpus.
 
-A cell keeps ``concurrency`` requests of one workload in flight from one asyncio client, each
+A cell of the asyncio client keeps ``concurrency`` requests of one workload in flight, each
 worker sending its next request as soon as the last one is answered, until ``requests`` are sent
-or ``seconds`` pass, whichever comes first.
+or ``seconds`` pass, whichever comes first. It runs on the service's cores and takes a good part
+of them: the HTTP benchmarks drive the service with ``wrk`` and ``hey``
+(:mod:`benchmarks.harness.wrk`, :mod:`benchmarks.harness.hey`) and keep this client for when
+``wrk`` is not installed.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import numpy as np
@@ -27,33 +34,79 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from benchmarks.harness.runner import DEFAULT_BUNDLE, bundle_folder, option
+from benchmarks.harness.runner import (
+    DEFAULT_BUNDLE,
+    Progress,
+    bundle_folder,
+    key_values,
+    option,
+    yes_no,
+)
 from benchmarks.harness.search_data import real_sentences
+from benchmarks.harness.wrk import HttpRequest
+from bundle import load_bundle
+from service.encoder import OnnxEncoder
 from support.client import FractalClient
+from support.processes import ServiceProcess, start_service
 from training.data.registry import data_dir
 
 MS = 1000.0
+SERVICE_CPUS, GENERATOR_CPUS = "0", "1"
+"""With ``--pin yes``: the service's CPU and the load generators' CPU (``taskset`` lists)."""
 
 
 @dataclass(frozen=True)
-class LoadSettings:
-    """The corpus, its ingest and the load cells; a load benchmark's ``Settings`` extends it."""
+class CorpusSettings:
+    """The corpus and its ingest; a live-service benchmark's ``Settings`` extends it."""
 
     documents: int = option(100_000, "corpus size")
     queries: int = 2_000
     """Query texts, held out of the corpus."""
-    concurrency: tuple[int, ...] = (1, 8, 32, 64)
-    """Requests in flight at once: one cell per value."""
-    requests_per_cell: int = 2_000
-    seconds_per_cell: float = option(15.0, "time bound of a cell")
-    warmup_requests: int = 32
-    """Untimed requests before each cell."""
     k: int = 10
     ingest_batch: int = 128
     ingest_clients: int = 2
     """``POST /documents`` batches in flight at once."""
     seed: int = 0
     bundle: Path = option(DEFAULT_BUNDLE, "bundle folder", parse=bundle_folder)
+
+
+@dataclass(frozen=True)
+class LoadSettings(CorpusSettings):
+    """The load cells of the asyncio client (:func:`measure_cell`)."""
+
+    concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    """Requests in flight at once: one cell per value."""
+    requests_per_cell: int = 2_000
+    seconds_per_cell: float = option(15.0, "time bound of a cell")
+    warmup_requests: int = 32
+    """Untimed requests before each cell."""
+
+
+@dataclass(frozen=True)
+class ServedSettings(CorpusSettings):
+    """Where the service keeps its index, the service settings a run passes through, and
+    whether the service and the load generator run on a core each (:func:`served_corpus`)."""
+
+    index_dir: Path | None = option(
+        None, "keep the service's index here and reuse it next time (default: a temporary one)"
+    )
+    service: tuple[tuple[str, str], ...] = option(
+        (),
+        "service settings passed through, key=value pairs (queue_depth=64 → "
+        "FRACTAL_QUEUE_DEPTH=64)",
+        parse=key_values,
+    )
+    pin: bool = option(
+        False,
+        f"run the service on CPU {SERVICE_CPUS} and the load generators on CPU {GENERATOR_CPUS} "
+        "(taskset): yes or no",
+        parse=yes_no,
+    )
+
+    @property
+    def generator_cpus(self) -> str | None:
+        """The CPUs the load generators run on (None: any)."""
+        return GENERATOR_CPUS if self.pin else None
 
 
 @dataclass(frozen=True)
@@ -87,7 +140,19 @@ WORKLOADS = (
 )
 
 
-def corpus(settings: LoadSettings) -> tuple[list[str], list[str], list[str], dict]:
+def workload_request(workload: Workload, query: str, k: int) -> HttpRequest:
+    """``workload``'s request for ``query`` as a load generator sends it."""
+    arguments = workload.arguments(query, k)
+    if "json" in arguments:
+        return HttpRequest.post_json(workload.path, arguments["json"])
+    return HttpRequest(workload.method, f"{workload.path}?{urlencode(arguments['params'])}")
+
+
+def workload_requests(workload: Workload, queries: Sequence[str], k: int) -> list[HttpRequest]:
+    return [workload_request(workload, query, k) for query in queries]
+
+
+def corpus(settings: CorpusSettings) -> tuple[list[str], list[str], list[str], dict]:
     """``(documents, their sources, queries, description)``; see the module docstring."""
     folder = data_dir()
     clinc = json.loads((folder / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
@@ -122,6 +187,78 @@ def corpus(settings: LoadSettings) -> tuple[list[str], list[str], list[str], dic
         "queries": f"{len(queries)} CLINC-150 in-scope test utterances, held out of the corpus",
     }
     return texts, sources, queries, description
+
+
+@contextmanager
+def served_corpus(
+    settings: ServedSettings,
+    texts: Sequence[str],
+    sources: Sequence[str],
+    work: Path,
+    progress: Progress,
+    **service: object,
+) -> Iterator[ServiceProcess]:
+    """The service on ``settings.index_dir`` (default: ``work/index``) with ``service`` and
+    ``settings.service`` as its settings (the latter win), pinned with ``settings.pin``, its
+    log ``work/service.log``; the corpus is ingested when the index is empty, and an index that
+    holds another number of documents is refused. Stopped when the block ends."""
+    folder = settings.index_dir or work / "index"
+    process = start_service(
+        settings.bundle,
+        folder,
+        work / "service.log",
+        cpus=SERVICE_CPUS if settings.pin else None,
+        **(service | dict(settings.service)),
+    )
+    try:
+        with FractalClient(process.base_url) as client:
+            documents = client.info()["documents"]
+        if documents == 0:
+            progress(f"ingesting {len(texts):,} documents")
+            ingest(
+                process.base_url,
+                texts,
+                sources,
+                settings.ingest_batch,
+                settings.ingest_clients,
+                progress.enabled,
+            )
+        elif documents != len(texts):
+            raise SystemExit(
+                f"{folder} holds {documents:,} documents, not {len(texts):,}: "
+                "delete it or pass another --index-dir"
+            )
+        yield process
+    finally:
+        process.shut_down()
+
+
+def encoder_rate(
+    settings: ServedSettings, threads: int, texts: Sequence[str], batch_size: int, seconds: float
+) -> float:
+    """Texts a second of the service's encoder (:class:`service.encoder.OnnxEncoder`) on
+    ``settings.bundle`` in this process, on ``threads`` threads (and the service's CPU when
+    ``settings.pin``), encoding ``texts`` in batches of ``batch_size`` for about ``seconds``
+    (after one untimed batch): the ceiling of an embedding request's rate."""
+    if len(texts) < batch_size:
+        raise ValueError(f"{len(texts)} texts do not fill one batch of {batch_size}")
+    allowed = os.sched_getaffinity(0)
+    if settings.pin:
+        os.sched_setaffinity(0, {int(SERVICE_CPUS)})
+    try:
+        encoder = OnnxEncoder(settings.bundle, load_bundle(settings.bundle), threads)
+        starts = range(0, len(texts) - batch_size + 1, batch_size)
+        batches = [texts[start : start + batch_size] for start in starts]
+        encoder.encode(batches[0])
+        done, started = 0, time.perf_counter()
+        for batch in itertools.cycle(batches):
+            encoder.encode(batch)
+            done += len(batch)
+            if time.perf_counter() - started >= seconds:
+                break
+        return done / (time.perf_counter() - started)
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def ingest(
@@ -200,7 +337,7 @@ async def run_cell(
         "qps": len(latencies) / elapsed,
         "client_cpu_share": (time.process_time() - cpu) / elapsed,
     }
-    for name, q in (("p50_ms", 50), ("p95_ms", 95), ("p99_ms", 99)):
+    for name, q in (("p50_ms", 50), ("p90_ms", 90), ("p95_ms", 95), ("p99_ms", 99)):
         row[name] = float(np.percentile(ms, q)) if len(ms) else None
     if server:
         row["server_median_ms"] = {

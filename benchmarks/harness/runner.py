@@ -68,6 +68,23 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def yes_no(text: str) -> bool:
+    """``yes`` / ``no`` (or true / false, 1 / 0) on the command line."""
+    words = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+    return words[text.lower()]
+
+
+def key_values(text: str) -> tuple[tuple[str, str], ...]:
+    """``"queue_depth=64,http=httptools"`` → ``(("queue_depth", "64"), ("http", "httptools"))``:
+    the type of an option that passes settings through (each becomes ``FRACTAL_KEY``)."""
+    pairs = [part.partition("=") for part in text.split(",") if part.strip()]
+    if any(not key.strip() or not sign for key, sign, _ in pairs):
+        raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas: {text!r}")
+    return tuple((key.strip(), value.strip()) for key, _, value in pairs)
+
+
 def bundle_folder(text: str) -> Path:
     """A ``--bundle`` value: a folder with a ``manifest.json``."""
     path = Path(text)
@@ -154,7 +171,13 @@ def write_results(out: Path, stem: str, report: dict, markdown: str) -> list[Pat
 
 
 def run_benchmark(
-    name: str, module: ModuleType, settings: object, *, smoke: bool, out: Path, quiet: bool,
+    name: str,
+    module: ModuleType,
+    settings: object,
+    *,
+    smoke: bool,
+    out: Path,
+    quiet: bool,
     command: str,
 ) -> list[Path]:
     """Run ``module`` with ``settings`` and write its results files; their paths."""

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.harness.live_load import WORKLOADS, corpus
 from benchmarks.http_load import SMOKE
 from tests.benchmarks.smoke import run_smoke
+from tests.servers import require_binary
 from tests.service.bundles import v5_bundle
 
 
@@ -31,15 +32,23 @@ def test_corpus_rejects_more_queries_than_there_are_test_utterances() -> None:
         corpus(replace(SMOKE, queries=10**6))
 
 
-def test_http_load_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize("generator", ["wrk", "python"])
+def test_http_load_smoke_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, generator: str
+) -> None:
+    if generator == "wrk":
+        require_binary("wrk")
     settings = replace(SMOKE, documents=200)
     bundle = str(v5_bundle(tmp_path_factory))
-    paths, _ = run_smoke("http_load", tmp_path, "--bundle", bundle, "--documents", "200")
+    paths, _ = run_smoke(
+        "http_load", tmp_path, "--bundle", bundle, "--documents", "200", "--generator", generator
+    )
     assert sorted(path.name for path in paths) == [
         f"http_load_smoke.{suffix}" for suffix in ("json", "md", "png")
     ]
     report = json.loads((tmp_path / "http_load_smoke.json").read_text(encoding="utf-8"))
 
+    assert report["generator"] == generator
     assert report["corpus"]["documents"] == 200
     assert report["service"]["bundle_objective"] == "v5"
     assert {index["vectors"] for index in report["service"]["indexes"]} == {200}
@@ -47,9 +56,16 @@ def test_http_load_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFa
     assert cells == {(w.name, c) for w in WORKLOADS for c in settings.concurrency}
     for row in report["rows"]:
         assert row["failed"] == 0 and row["ok"] == row["requests"] > 0, row
-        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
-        assert ("server_median_ms" in row) == (row["workload"] != "embed")
+        assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+        server = row["server"]
+        assert server["texts_per_encode_call"] >= 1, row  # every request encodes its text
+        assert (server["search_ms"] is None) == (row["workload"] == "embed"), row
     assert set(report["recall_at_10"]) == {"coarse", "fine", "c2f"}
     assert all(0.0 <= value <= 1.0 for value in report["recall_at_10"].values())
+    overhead = report["service_overhead"]
+    assert overhead["encoder_texts_per_second"] > 0
+    assert set(overhead["ratio"]) == {w.name for w in WORKLOADS}
+    assert len(report["targets"]) == 4
     markdown = (tmp_path / "http_load_smoke.md").read_text(encoding="utf-8")
-    assert "## Targets" in markdown and "## Coarse versus fine through the live service" in markdown
+    for section in ("## Targets", "## Service overhead", "## Coarse versus fine"):
+        assert section in markdown

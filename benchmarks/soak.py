@@ -1,0 +1,361 @@
+"""Soak: a mixed load at 70% of the service's capacity for ten minutes, with ingest alongside.
+
+    python -m benchmarks soak --index-dir runs/http-load                 # about 12 minutes
+    python -m benchmarks soak --index-dir runs/http-load --minutes 60    # an hour
+    python -m benchmarks soak --smoke --bundle B --out DIR               # seconds
+
+The service (:func:`benchmarks.harness.live_load.served_corpus`: the HTTP load test's corpus and
+index settings, so ``--index-dir`` can reuse its folder; snapshots every
+``snapshot_interval_s``) first has its capacity measured for each workload of the mix (closed
+loop, ``wrk`` at ``capacity_connections`` for ``capacity_seconds``: coarse, fine and C2F
+``GET /search``, ``POST /embed`` of one text); the mix's capacity is then ``1 / Σ share /
+capacity``. The soak offers ``load_fraction`` of it, open loop, for ``minutes`` minutes: every
+minute one ``hey`` process per workload at its share of the rate (:mod:`benchmarks.harness.hey`;
+each minute's requests carry the next query text), so that p50 and p99 come out minute by
+minute. Meanwhile a thread posts ``ingest_rate`` new documents a second (``POST /documents``,
+one batch a second; a refusal is an error, not retried).
+
+Per minute: answers by status, requests without an answer, ingest errors, p50 and p99 of every
+answered request and of each workload, and the service's resident memory (``VmRSS``) at the
+minute's end. Snapshot durations are not measured: the service exports no snapshot metric and
+logs a snapshot (at ``info`` level, which also turns on uvicorn's access log) without its
+duration.
+
+Writes ``soak[_TAG][_smoke].{json,md,png}`` under ``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from matplotlib.figure import Figure
+
+from benchmarks.harness.hey import MS, HeyResult, start_hey, workers_for
+from benchmarks.harness.live_load import (
+    WORKLOADS,
+    ServedSettings,
+    corpus,
+    served_corpus,
+    workload_request,
+    workload_requests,
+)
+from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
+from benchmarks.harness.process_memory import status_bytes
+from benchmarks.harness.runner import Progress, option
+from benchmarks.harness.wrk import run_wrk
+
+MIB = 2**20
+MIX = {"coarse": 0.4, "fine": 0.2, "c2f": 0.2, "embed": 0.2}
+"""Each workload's share of the soak's requests."""
+
+
+@dataclass(frozen=True)
+class Settings(ServedSettings):
+    """Every parameter of a run: the corpus and the service (:class:`ServedSettings`), then
+    these."""
+
+    minutes: int = option(10, "minutes of soak")
+    minute_seconds: float = 60.0
+    """Seconds of one "minute" (the smoke run shortens it)."""
+    load_fraction: float = option(0.7, "offered load as a fraction of the mix's capacity")
+    capacity_connections: int = 32
+    capacity_seconds: float = option(10.0, "seconds of each workload's capacity run")
+    ingest_rate: float = option(100.0, "documents a second posted during the soak")
+    snapshot_interval_s: float = option(60.0, "the service's snapshot interval during the soak")
+    per_worker_rate: float = 20.0
+    """Requests a second of one hey worker (workers = rate / this): hey's workers tick
+    together, so fewer workers make smaller bursts; at 70% of capacity each answer comes well
+    within the 50 ms a worker has."""
+    timeout_s: float = 10.0
+    target_rss_growth: float = 0.05
+    target_p99_drift: float = 0.2
+    tag: str = option("", "added to the result file names")
+
+
+SMOKE = Settings(
+    documents=300,
+    queries=60,
+    minutes=2,
+    minute_seconds=3.0,
+    capacity_seconds=1.0,
+    ingest_rate=20.0,
+    snapshot_interval_s=2.0,
+)
+
+
+def results_name(settings: Settings) -> str:
+    return "soak" + (f"_{settings.tag}" if settings.tag else "")
+
+
+class Ingest(threading.Thread):
+    """Posts ``rate`` new documents once a second until stopped; counts what it posted and the
+    batches refused or lost, per minute of the soak (``minute`` is set by the soak)."""
+
+    def __init__(self, base_url: str, texts: Sequence[str], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.base_url, self.texts, self.batch = base_url, texts, max(1, round(rate))
+        self.stopped = threading.Event()
+        self.minute = 0
+        self.posted: dict[int, int] = {}
+        self.errors: dict[int, int] = {}
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=60) as client:
+            sent = 0
+            while not self.stopped.is_set():
+                started = time.perf_counter()
+                documents = [
+                    {"id": f"soak-{sent + i:08d}", "text": self.texts[(sent + i) % len(self.texts)]}
+                    for i in range(self.batch)
+                ]
+                minute = self.minute
+                try:
+                    ok = client.post("/documents", json={"documents": documents}).is_success
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.posted[minute] = self.posted.get(minute, 0) + len(documents)
+                else:
+                    self.errors[minute] = self.errors.get(minute, 0) + 1
+                sent += len(documents)
+                self.stopped.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
+
+
+def capacities(base_url: str, queries: list[str], settings: Settings, progress: Progress) -> dict:
+    """Each workload's answers below 400 a second, closed loop at ``capacity_connections``."""
+    found = {}
+    for workload in WORKLOADS:
+        requests = workload_requests(workload, queries, settings.k)
+        result = run_wrk(
+            base_url,
+            requests,
+            settings.capacity_connections,
+            settings.capacity_seconds,
+            cpus=settings.generator_cpus,
+        )
+        found[workload.name] = result.ok_qps
+        progress(f"{workload.name}: capacity {result.ok_qps:.1f}/s (p99 {result.p99_ms:.1f} ms)")
+    return found
+
+
+def percentiles(latency_s: np.ndarray) -> dict[str, float | None]:
+    ms = latency_s * MS
+    if not len(ms):
+        return {"p50_ms": None, "p99_ms": None}
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def minute_row(
+    minute: int, results: dict[str, HeyResult], latencies: dict[str, np.ndarray]
+) -> dict:
+    """One minute: per workload and for all, answers by status, errors and p50/p99."""
+    per_workload = {
+        name: {
+            "statuses": {status: a.count for status, a in result.answered.items()},
+            "transport_errors": result.transport_errors,
+            "errors": result.requests - result.count("2"),
+            "rate_sent": result.requests / result.seconds,
+            "client_cpu_percent": result.client_cpu_percent,
+            **percentiles(latencies[name]),
+        }
+        for name, result in results.items()
+    }
+    return {
+        "minute": minute,
+        "requests": sum(result.requests for result in results.values()),
+        "errors": sum(entry["errors"] for entry in per_workload.values()),
+        **percentiles(np.concatenate(list(latencies.values()))),
+        "workloads": per_workload,
+    }
+
+
+def soak(
+    base_url: str,
+    pid: int,
+    queries: list[str],
+    rate: float,
+    ingest: Ingest,
+    settings: Settings,
+    progress: Progress,
+) -> list[dict]:
+    """Every minute of the soak: one hey per workload at its share of ``rate``."""
+    workloads = {workload.name: workload for workload in WORKLOADS}
+    rows = []
+    for minute in range(settings.minutes):
+        ingest.minute = minute
+        query = queries[minute % len(queries)]
+        runs = {}
+        for name, share in MIX.items():
+            runs[name] = start_hey(
+                base_url,
+                workload_request(workloads[name], query, settings.k),
+                rate * share,
+                settings.minute_seconds,
+                workers_for(rate * share, settings.per_worker_rate),
+                settings.timeout_s,
+                settings.generator_cpus,
+            )
+        results = {name: run.result() for name, run in runs.items()}
+        latencies = {name: run.rows.latency_s for name, run in runs.items() if run.rows}
+        row = minute_row(minute, results, latencies)
+        row["rss_bytes"] = status_bytes(pid)
+        rows.append(row)
+        progress(
+            f"minute {minute + 1}/{settings.minutes}: {row['requests']} requests, "
+            f"{row['errors']} errors, p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, "
+            f"RSS {row['rss_bytes'] / MIB:,.0f} MiB"
+        )
+    return rows
+
+
+def targets(rows: list[dict], ingest_errors: int, settings: Settings) -> list[dict]:
+    """No errors; RSS and p99 of the last minute close to the first's."""
+    first, last = rows[0], rows[-1]
+    errors = sum(row["errors"] for row in rows) + ingest_errors
+    growth = last["rss_bytes"] / first["rss_bytes"] - 1
+    drift = last["p99_ms"] / first["p99_ms"] - 1
+    return [
+        {
+            "target": "0 errors (non-2xx answers, requests without an answer, ingest refusals)",
+            "reached": errors,
+            "met": errors == 0,
+        },
+        {
+            "target": "RSS growth from the first minute to the last < "
+            f"{settings.target_rss_growth:.0%}",
+            "reached": f"{growth:.1%}",
+            "met": growth < settings.target_rss_growth,
+        },
+        {
+            "target": f"p99 of the last minute within {settings.target_p99_drift:.0%} of the first",
+            "reached": f"{last['p99_ms']:.1f} ms vs {first['p99_ms']:.1f} ms ({drift:+.0%})",
+            "met": drift <= settings.target_p99_drift,
+        },
+    ]
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def markdown(report: dict) -> str:
+    settings = report["settings"]
+    minutes = [
+        [
+            row["minute"] + 1,
+            row["requests"],
+            row["errors"],
+            report["ingest"]["errors_by_minute"].get(str(row["minute"]), 0),
+            report["ingest"]["posted_by_minute"].get(str(row["minute"]), 0),
+            _ms(row["p50_ms"]),
+            _ms(row["p99_ms"]),
+            *(_ms(row["workloads"][name]["p99_ms"]) for name in MIX),
+            f"{row['rss_bytes'] / MIB:,.0f}",
+        ]
+        for row in report["minutes"]
+    ]
+    capacity = [
+        [name, f"{qps:.1f}", f"{MIX[name]:.0%}"] for name, qps in report["capacity"].items()
+    ]
+    return "\n\n".join(
+        [
+            "# Soak" + (" (smoke run)" if report["smoke"] else ""),
+            f"Command: `{report['command']}`. {report['corpus']['documents']:,} documents; "
+            f"{settings['load_fraction']:.0%} of the mix's capacity "
+            f"({report['mix_capacity']:.1f}/s) offered, i.e. {report['rate']:.1f} requests/s, "
+            f'with {settings["ingest_rate"]:g} documents/s ingested; one "minute" is '
+            f"{settings['minute_seconds']:g} s. Service settings beyond its defaults: "
+            f"`{report['service']}`. Snapshot durations: not measured (no metric; see the "
+            "module's docstring).",
+            "## Targets\n\n" + targets_table(report["targets"]),
+            "## Capacity (closed loop, wrk) and mix\n\n"
+            + markdown_table(["workload", "capacity /s", "share of the soak"], capacity),
+            "## Minute by minute\n\nErrors: answers other than 2xx and requests without an "
+            "answer; latency of answered requests (hey's); RSS: the service's `VmRSS` at the "
+            "minute's end.\n\n"
+            + markdown_table(
+                [
+                    "minute",
+                    "requests",
+                    "errors",
+                    "ingest errors",
+                    "documents ingested",
+                    "p50 ms",
+                    "p99 ms",
+                    *(f"{name} p99 ms" for name in MIX),
+                    "RSS MiB",
+                ],
+                minutes,
+            ),
+            "## Settings\n\n" + bullet_list(settings),
+            "## Machine\n\n" + bullet_list(report["machine"]),
+        ]
+    )
+
+
+def plot(report: dict, path: Path) -> None:
+    figure = Figure(figsize=(11, 4))
+    left, right = figure.subplots(1, 2)
+    rows = report["minutes"]
+    x = [row["minute"] + 1 for row in rows]
+    left.plot(x, [row["p99_ms"] for row in rows], "-o", label="all p99")
+    for name in MIX:
+        values = [row["workloads"][name]["p99_ms"] or np.nan for row in rows]
+        left.plot(x, values, "--", label=f"{name} p99")
+    right.plot(x, [row["rss_bytes"] / MIB for row in rows], "-o")
+    left.set_ylabel("p99 latency (ms)")
+    left.set_title("Tail latency, minute by minute")
+    right.set_ylabel("service VmRSS (MiB)")
+    right.set_title("Service memory at each minute's end")
+    for axis in (left, right):
+        axis.set_xlabel("minute")
+        axis.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def run(settings: Settings, progress: Progress) -> dict:
+    texts, sources, queries, description = corpus(settings)
+    service = {
+        "index_kinds": "hnsw,exact",
+        "snapshot_interval_s": settings.snapshot_interval_s,
+    }
+    with tempfile.TemporaryDirectory() as work:
+        with served_corpus(settings, texts, sources, Path(work), progress, **service) as process:
+            base_url = process.base_url
+            capacity = capacities(base_url, queries, settings, progress)
+            mix_capacity = 1.0 / sum(share / capacity[name] for name, share in MIX.items())
+            rate = settings.load_fraction * mix_capacity
+            progress(f"soak at {rate:.1f} requests/s for {settings.minutes} minutes")
+            ingest = Ingest(base_url, texts, settings.ingest_rate)
+            ingest.start()
+            try:
+                rows = soak(
+                    base_url, process.process.pid, queries, rate, ingest, settings, progress
+                )
+            finally:
+                ingest.stopped.set()
+                ingest.join()
+    ingest_errors = sum(ingest.errors.values())
+    return {
+        "settings": asdict(settings),
+        "corpus": description,
+        "service": service | dict(settings.service),
+        "capacity": capacity,
+        "mix_capacity": mix_capacity,
+        "rate": rate,
+        "ingest": {
+            "posted_by_minute": {str(m): n for m, n in ingest.posted.items()},
+            "errors_by_minute": {str(m): n for m, n in ingest.errors.items()},
+        },
+        "minutes": rows,
+        "targets": targets(rows, ingest_errors, settings),
+    }
