@@ -36,7 +36,7 @@ SERVER_START_TIMEOUT_S = 30.0
 """Redis (and the other small servers the tests run) answer within a second or two."""
 ROOT = Path(__file__).resolve().parents[1]
 """The checkout: the service process runs from here, so that it imports this tree's code."""
-INSTALL = "apt-get install -y redis-server prometheus docker-compose wrk"
+INSTALL = "apt-get install -y redis-server prometheus docker-compose wrk hey"
 MILVUS_INSTALL = "pip install -e '.[scale]'"
 
 
