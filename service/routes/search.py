@@ -254,7 +254,7 @@ async def _run(
     return results, _timings(outcome, encode_seconds)
 
 
-@router.get("/search", responses=error_responses(404, 422, 429, 503))
+@router.get("/search", responses=error_responses(404, 422, 429, 503, 504))
 async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
@@ -263,7 +263,7 @@ async def search(
     return SearchResponse(**result.model_dump(), timings_ms=timings)
 
 
-@router.post("/search", responses=error_responses(404, 422, 429, 503))
+@router.post("/search", responses=error_responses(404, 422, 429, 503, 504))
 async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:
