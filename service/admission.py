@@ -11,11 +11,13 @@ texts (:func:`encodes`), and for each one does, in order:
    ``FRACTAL_QUEUE_DEADLINE_MS`` (:meth:`service.batching.MicroBatcher.admit`), the request
    gets 429 with a ``Retry-After`` from that estimate at once, from its method and path alone:
    no body read, no JSON parsed;
-3. **deadline**: the request's arrival time is bound (:data:`service.batching.REQUEST_ARRIVAL`),
-   so ``FRACTAL_REQUEST_TIMEOUT_MS`` counts from here;
+3. **deadline**: the request is bound as the queue's caller (:data:`service.batching.CALLER`),
+   so ``FRACTAL_REQUEST_TIMEOUT_MS`` counts from its arrival here;
 4. **disconnect**: once the app has read the body, a watcher waits for the client to
-   disconnect; if it does before the answer starts, the request is cancelled, and its texts
-   still queued are dropped, unencoded.
+   disconnect; if it does before the answer starts, the request's wait for the encoder fails
+   (:meth:`service.batching.Caller.leave`): its texts still queued are dropped, unencoded, and
+   the request ends at once (status 499 in the metrics). Nothing else of it is interrupted: a
+   store write that has begun completes.
 
 Refusals are answered in the one error shape and counted in ``fractal_requests_shed_total``.
 """
@@ -24,13 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
-import anyio
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.batching import REQUEST_ARRIVAL
+from service.batching import CALLER, Caller
 from service.errors import Overloaded, error_response
 from service.runtime import Runtime
 from service.settings import Settings
@@ -62,7 +62,7 @@ class AdmissionMiddleware:
         if scope["type"] != "http" or not encodes(scope):
             await self.app(scope, receive, send)
             return
-        arrived = time.monotonic()
+        caller = Caller()
         try:
             self._admit(scope)
         except Overloaded as refused:
@@ -77,11 +77,11 @@ class AdmissionMiddleware:
             await response(scope, receive, send)
             return
         self.in_progress += 1
-        token = REQUEST_ARRIVAL.set(arrived)
+        token = CALLER.set(caller)
         try:
-            await self._cancelled_on_disconnect(scope, receive, send)
+            await self._watched(caller, scope, receive, send)
         finally:
-            REQUEST_ARRIVAL.reset(token)
+            CALLER.reset(token)
             self.in_progress -= 1
 
     def _admit(self, scope: Scope) -> None:
@@ -99,10 +99,10 @@ class AdmissionMiddleware:
         if runtime is not None and runtime.ready:
             runtime.batcher.admit()
 
-    async def _cancelled_on_disconnect(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the app; cancel it if the client disconnects after sending the body and before
-        the answer starts (step 4). The app's own calls to ``receive`` after the body wait for
-        the watcher's disconnect, so that only one caller ever waits on the server's."""
+    async def _watched(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app; tell ``caller`` if the client disconnects after sending the body and
+        before the answer starts (step 4). The app's own calls to ``receive`` after the body
+        wait for the watcher's disconnect, so that only one caller ever waits on the server's."""
         body_read = asyncio.Event()
         disconnected = asyncio.Event()
         answering = False
@@ -121,16 +121,15 @@ class AdmissionMiddleware:
             answering = True
             await send(message)
 
-        async def watch(request_scope: anyio.CancelScope) -> None:
+        async def watch() -> None:
             await body_read.wait()
             await receive()  # the server's: a disconnect, or the end of the answer
             disconnected.set()
             if not answering:
-                request_scope.cancel()
+                caller.leave()
 
-        with anyio.CancelScope() as request_scope:
-            watcher = asyncio.get_running_loop().create_task(watch(request_scope))
-            try:
-                await self.app(scope, receive_body, send_answer)
-            finally:
-                watcher.cancel()
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self.app(scope, receive_body, send_answer)
+        finally:
+            watcher.cancel()

@@ -11,9 +11,10 @@ running mean of encoder seconds per text). :meth:`MicroBatcher.admit` refuses a 
 with :class:`Overloaded` (HTTP 429, with a ``Retry-After`` from the estimated wait) when the
 queue is full or its estimated wait is over ``queue_deadline_s``; :mod:`service.admission`
 asks it before the request's body is read. A request whose texts are still queued
-``timeout_s`` after it arrived (:data:`REQUEST_ARRIVAL`) fails with :class:`DeadlineExceeded`,
-and a request whose caller is cancelled (its client disconnected) drops its future: either way
-its queued texts are skipped, never encoded, and no longer count in the depth or the estimate.
+``timeout_s`` after it arrived fails with :class:`DeadlineExceeded`, and one whose client
+disconnects (:meth:`Caller.leave`) with :class:`ClientDisconnected`; a cancelled one leaves:
+either way its queued texts are skipped, never encoded, and no longer count in the depth or the
+estimate.
 """
 
 from __future__ import annotations
@@ -30,15 +31,37 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.encoder import Encoded, EncoderInput
-from service.errors import DeadlineExceeded, NotReady, Overloaded
+from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
 
 SMOOTHING = 0.2
 """Weight of the newest batch in the running mean of encoder seconds per text."""
-REQUEST_ARRIVAL: ContextVar[float | None] = ContextVar("request_arrival", default=None)
-"""When the request being served arrived (``time.monotonic()``), set by
-:mod:`service.admission`; its deadline counts from then (from the call to :meth:`embed` where
-unset)."""
+
+
+@dataclass(eq=False)
+class Caller:
+    """The HTTP request being served, as :mod:`service.admission` binds it (:data:`CALLER`):
+    when it arrived (its deadline counts from then, not from when its texts were queued), and
+    the encoder wait it is in, if any."""
+
+    arrived: float = field(default_factory=time.monotonic)
+    gone: bool = False
+    waiting: asyncio.Future[Encoded] | None = None
+
+    def leave(self) -> None:
+        """The client disconnected: fail the wait it is in, and any it would start."""
+        self.gone = True
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_exception(_disconnected())
+
+
+CALLER: ContextVar[Caller | None] = ContextVar("caller", default=None)
+"""The request whose texts :meth:`MicroBatcher.embed` queues; None outside HTTP requests (its
+deadline then counts from the call)."""
+
+
+def _disconnected() -> ClientDisconnected:
+    return ClientDisconnected("the client disconnected while its texts waited for the encoder")
 
 
 @dataclass(eq=False)
@@ -158,10 +181,13 @@ class MicroBatcher:
         """Full embeddings and token counts of ``texts`` (or token ids), in order."""
         if not self.running:
             raise NotReady("the encoder is not running")
+        caller = CALLER.get() or Caller()
+        if caller.gone:
+            raise _disconnected()
         self.admit(len(texts))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Encoded] = loop.create_future()
-        deadline = self._deadline()
+        deadline = caller.arrived + self.timeout_s if self.timeout_s else None
         count = len(texts)
         ticket = _Ticket(future, [None] * count, [0] * count, count, count, deadline)
         self._items.extend(_Item(ticket, position, text) for position, text in enumerate(texts))
@@ -171,18 +197,14 @@ class MicroBatcher:
         timer = None
         if deadline is not None:
             timer = loop.call_later(deadline - time.monotonic(), self._expire, ticket)
+        caller.waiting = future
         try:
             return await future
         finally:
+            caller.waiting = None
             if timer is not None:
                 timer.cancel()
             self._forget(ticket)
-
-    def _deadline(self) -> float | None:
-        if not self.timeout_s:
-            return None
-        arrived = REQUEST_ARRIVAL.get()
-        return (time.monotonic() if arrived is None else arrived) + self.timeout_s
 
     def _expire(self, ticket: _Ticket) -> None:
         """Fail a request whose deadline passed while texts of it were still queued."""
@@ -198,7 +220,9 @@ class MicroBatcher:
     def _forget(self, ticket: _Ticket) -> None:
         """The request is answered or gone: its texts still queued no longer count (the worker
         skips them)."""
-        if ticket.queued and ticket.future.cancelled():
+        future = ticket.future
+        left = future.cancelled() or isinstance(future.exception(), ClientDisconnected)
+        if ticket.queued and left:
             self._metrics.requests_shed.labels(reason="disconnected").inc()
         self._queued -= ticket.queued
         ticket.queued = 0

@@ -89,6 +89,14 @@ class DeadlineExceeded(ServiceError):
     kind = "deadline_exceeded"
 
 
+class ClientDisconnected(ServiceError):
+    """The client disconnected while its texts waited for the encoder; they are dropped. The
+    answer goes nowhere: its status (nginx's 499) labels the request in the metrics."""
+
+    status = 499
+    kind = "client_disconnected"
+
+
 class NotReady(ServiceError):
     """The bundle and index are not loaded (starting up or shutting down)."""
 
@@ -122,7 +130,7 @@ _ERROR_DESCRIPTIONS = {
     422: "invalid input: the message says which field and what the limit is",
     429: "overloaded: the encoder queue is full or its estimated wait is over "
     "FRACTAL_QUEUE_DEADLINE_MS (refused before the body is read), or FRACTAL_LIMIT_CONCURRENCY "
-    "requests are in progress; retry after the Retry-After header's seconds",
+    "encoding requests are in progress; retry after the Retry-After header's seconds",
     503: "not ready: the bundle and index are not loaded (starting or stopping), or the index "
     "backend's server (Milvus) cannot be reached (then with a Retry-After header)",
     504: "deadline exceeded: the texts were still queued for the encoder "

@@ -6,7 +6,6 @@ on the request with :func:`label_request`; the other metrics are observed where 
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import Request
@@ -35,8 +34,6 @@ CACHE_HIT, CACHE_MISS, CACHE_ERROR = "hit", "miss", "error"
 CACHE_GET, CACHE_SET = "get", "set"
 SHED_REASONS = ("queue_full", "queue_wait", "concurrency", "deadline", "disconnected")
 """Why a request's work was refused or dropped: ``fractal_requests_shed_total{reason}``."""
-CLIENT_GONE = "499"
-"""The ``status`` label of a request whose client disconnected before its answer (nginx's)."""
 
 
 class Metrics:
@@ -47,8 +44,7 @@ class Metrics:
         registry = self.registry
         self.request_seconds = Histogram(
             "fractal_request_duration_seconds",
-            "HTTP request latency, by route template and the resolution it was served at "
-            f"(status {CLIENT_GONE}: the client disconnected before the answer).",
+            "HTTP request latency, by route template and the resolution it was served at.",
             [*REQUEST_LABELS, "status"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -165,9 +161,8 @@ def label_request(
 class RequestMetricsMiddleware:
     """Observes ``fractal_request_duration_seconds`` for each HTTP request of the app: its route
     template (``unmatched`` when no route matched), the labels of :func:`label_request` and the
-    answer's status: 500 when the app failed without answering, :data:`CLIENT_GONE` when it
-    was cancelled because the client disconnected (:mod:`service.admission`). A pure ASGI
-    middleware: it adds no task and no stream to a request."""
+    answer's status (500 when the app failed without answering). A pure ASGI middleware: it
+    adds no task and no stream to a request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -187,9 +182,6 @@ class RequestMetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_with_status)
-        except asyncio.CancelledError:
-            status = CLIENT_GONE
-            raise
         finally:
             route = scope.get("route")
             labels = scope.get("state", {}).get("metric_labels", {})

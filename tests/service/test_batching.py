@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from service.app import create_app
-from service.batching import MicroBatcher
+from service.batching import CALLER, Caller, MicroBatcher
 from service.encoder import Encoded, OnnxEncoder
-from service.errors import DeadlineExceeded, NotReady, Overloaded
+from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
 from service.startup import load_runtime
 from tests.service.gated import WAIT_S, GatedEncoder, gated_batcher, until
@@ -186,6 +186,37 @@ async def test_a_cancelled_request_leaves_the_queue(encoder: OnnxEncoder) -> Non
     gated.gate.set()
     await asyncio.gather(running, kept)
     assert gated.batch_sizes == [1, 2]  # the cancelled texts were skipped
+    await batcher.stop()
+
+
+async def test_a_caller_that_leaves_fails_its_wait_and_drops_its_texts(
+    encoder: OnnxEncoder,
+) -> None:
+    gated = GatedEncoder(encoder)
+    metrics = Metrics()
+    batcher = gated_batcher(gated, metrics)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    caller = Caller()
+
+    async def request() -> Encoded:
+        CALLER.set(caller)
+        return await batcher.embed(["left", "behind"])
+
+    leaving = asyncio.create_task(request())
+    await until(lambda: batcher.depth == 2)
+    caller.leave()
+    with pytest.raises(ClientDisconnected):
+        await leaving
+    assert batcher.depth == 0
+    assert _shed(metrics, "disconnected") == 1
+    with pytest.raises(ClientDisconnected):  # a caller that left queues nothing more
+        await asyncio.create_task(request())
+    assert batcher.depth == 0
+    gated.gate.set()
+    await running
+    assert gated.batch_sizes == [1]
     await batcher.stop()
 
 
