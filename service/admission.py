@@ -92,7 +92,8 @@ class AdmissionMiddleware:
         if limit and self.in_progress >= limit:
             app_state.metrics.requests_shed.labels(reason="concurrency").inc()
             raise Overloaded(
-                f"{self.in_progress} requests are in progress, the limit; retry later",
+                f"{self.in_progress} encoding requests are in progress, the limit "
+                "(FRACTAL_LIMIT_CONCURRENCY); retry later",
                 CONCURRENCY_RETRY_AFTER_S,
             )
         runtime: Runtime | None = app_state.runtime
