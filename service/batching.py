@@ -145,11 +145,11 @@ class MicroBatcher:
 
     def estimated_wait_s(self) -> float | None:
         """Seconds until the texts queued now (and the batch being encoded) are likely done,
-        from the measured encoder seconds per text; None before any batch was measured."""
+        from the measured encoder seconds per text; None before any batch was measured.
+        (``max_wait`` is left out: a queue that has a backlog fills its batches at once.)"""
         if self._text_seconds is None:
             return None
-        texts = self._queued + len(self._in_flight)
-        return texts * self._text_seconds + self.max_wait_s
+        return (self._queued + len(self._in_flight)) * self._text_seconds
 
     def retry_after_s(self) -> int:
         """Whole seconds until the queue has likely drained (at least 1)."""
