@@ -32,6 +32,10 @@ def main() -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        http=settings.http,
+        loop=settings.loop,
+        backlog=settings.backlog,
+        timeout_keep_alive=settings.keep_alive_s,
         # A GET's request line may be as long as a POST's body (FRACTAL_MAX_BODY_BYTES): a
         # /search filter travels there as URL-encoded JSON. (h11's own limit is 16 KiB, and a
         # longer line was a plain-text 400 from the server, outside the contract.)

@@ -14,19 +14,19 @@ the default settings, which ``openapi/openapi.json`` publishes.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
+from service.admission import AdmissionMiddleware
 from service.errors import document_unreadable_bodies, install_error_handlers
 from service.limits import Limits, LimitsMiddleware, limits_bound
-from service.metrics import Metrics
+from service.metrics import Metrics, RequestMetricsMiddleware
 from service.routes import collections, documents, embed, openai_compat, search, system
 from service.runtime import Runtime
-from service.security import SecurityMiddleware, document_security
+from service.security import BodyLimitMiddleware, SecurityMiddleware, document_security
 from service.settings import Settings
 from service.startup import load_runtime
 
@@ -68,28 +68,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         app.include_router(module.router)
     app.include_router(documents.collection_router)
 
-    @app.middleware("http")
-    async def observe_latency(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            labels = getattr(request.state, "metric_labels", {})
-            metrics.request_seconds.labels(
-                endpoint=getattr(route, "path_format", "unmatched"),
-                granularity=labels.get("granularity", ""),
-                dimension=labels.get("dimension", ""),
-                index=labels.get("index", ""),
-                status=str(status),
-            ).observe(time.perf_counter() - started)
-
+    app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(LimitsMiddleware)
+    app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(AdmissionMiddleware)
     app.add_middleware(SecurityMiddleware)
     app.openapi = _contract(app)  # type: ignore[method-assign]
     return app

@@ -4,9 +4,17 @@ Requests put their texts (or token ids: :data:`service.encoder.EncoderInput`) in
 await a future. A single worker task takes up to ``max_batch`` texts at a time, across requests,
 once the batch is full or its oldest text has waited ``max_wait`` seconds, and runs the encoder
 in a dedicated thread, so the event loop never blocks on inference. While a batch runs, the
-next one fills. The queue holds at most ``max_depth`` texts; a request that does not fit is
-refused at once with :class:`Overloaded` (HTTP 429) and a ``Retry-After`` estimated from recent
-batch times.
+next one fills.
+
+Admission: the queue holds at most ``max_depth`` texts, and measures what a text costs (a
+running mean of encoder seconds per text). :meth:`MicroBatcher.admit` refuses a new request
+with :class:`Overloaded` (HTTP 429, with a ``Retry-After`` from the estimated wait) when the
+queue is full or its estimated wait is over ``queue_deadline_s``; :mod:`service.admission`
+asks it before the request's body is read. A request whose texts are still queued
+``timeout_s`` after it arrived fails with :class:`DeadlineExceeded`, and one whose client
+disconnects (:meth:`Caller.leave`) with :class:`ClientDisconnected`; a cancelled one leaves:
+either way its queued texts are skipped, never encoded, and no longer count in the depth or the
+estimate.
 """
 
 from __future__ import annotations
@@ -17,26 +25,56 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from service.encoder import Encoded, EncoderInput
-from service.errors import NotReady, Overloaded
+from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
 
 SMOOTHING = 0.2
-"""Weight of the newest batch in the running mean of batch durations."""
+"""Weight of the newest batch in the running mean of encoder seconds per text."""
+
+
+@dataclass(eq=False)
+class Caller:
+    """The HTTP request being served, as :mod:`service.admission` binds it (:data:`CALLER`):
+    when it arrived (its deadline counts from then, not from when its texts were queued), and
+    the encoder wait it is in, if any."""
+
+    arrived: float = field(default_factory=time.monotonic)
+    gone: bool = False
+    waiting: asyncio.Future[Encoded] | None = None
+
+    def leave(self) -> None:
+        """The client disconnected: fail the wait it is in, and any it would start."""
+        self.gone = True
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_exception(_disconnected())
+
+
+CALLER: ContextVar[Caller | None] = ContextVar("caller", default=None)
+"""The request whose texts :meth:`MicroBatcher.embed` queues; None outside HTTP requests (its
+deadline then counts from the call)."""
+
+
+def _disconnected() -> ClientDisconnected:
+    return ClientDisconnected("the client disconnected while its texts waited for the encoder")
 
 
 @dataclass(eq=False)
 class _Ticket:
-    """One request: its future and the rows filled in so far."""
+    """One request: its future, the rows filled in so far, how many of its texts are still
+    queued (0 once the request is gone) and its deadline (``time.monotonic()``; None: none)."""
 
     future: asyncio.Future[Encoded]
     vectors: list[np.ndarray | None]
     tokens: list[int]
     remaining: int
+    queued: int
+    deadline: float | None
 
 
 @dataclass(eq=False)
@@ -57,23 +95,29 @@ class MicroBatcher:
         max_batch: int,
         max_wait_s: float,
         max_depth: int,
+        queue_deadline_s: float = 0.0,
+        timeout_s: float = 0.0,
     ) -> None:
         self._encode = encode
         self._metrics = metrics
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.max_depth = max_depth
+        self.queue_deadline_s = queue_deadline_s
+        self.timeout_s = timeout_s
         self._items: deque[_Item] = deque()
+        self._queued = 0
         self._arrived = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._worker: asyncio.Task | None = None
         self._in_flight: list[_Item] = []
-        self._batch_seconds = 0.0
+        self._text_seconds: float | None = None
 
     @property
     def depth(self) -> int:
-        """Texts waiting (not counting the batch being encoded)."""
-        return len(self._items)
+        """Texts waiting for requests still waiting for them (not counting the batch being
+        encoded)."""
+        return self._queued
 
     @property
     def running(self) -> bool:
@@ -97,49 +141,125 @@ class MicroBatcher:
             if not item.ticket.future.done():
                 item.ticket.future.set_exception(NotReady("the service is shutting down"))
         self._in_flight, self._items = [], deque()
-        self._metrics.queue_depth.set(0)
         await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+    def estimated_wait_s(self) -> float | None:
+        """Seconds until the texts queued now (and the batch being encoded) are likely done,
+        from the measured encoder seconds per text; None before any batch was measured.
+        (``max_wait`` is left out: a queue that has a backlog fills its batches at once.)"""
+        if self._text_seconds is None:
+            return None
+        return (self._queued + len(self._in_flight)) * self._text_seconds
 
     def retry_after_s(self) -> int:
         """Whole seconds until the queue has likely drained (at least 1)."""
-        batches = math.ceil(len(self._items) / self.max_batch) + 1
-        return max(1, math.ceil(batches * (self._batch_seconds + self.max_wait_s)))
+        return max(1, math.ceil(self.estimated_wait_s() or 0.0))
+
+    def admit(self, texts: int = 1) -> None:
+        """Raise :class:`Overloaded` (and count the request as shed) if ``texts`` more texts
+        do not fit in the queue, or if its estimated wait is over ``queue_deadline_s`` (when
+        set and once measured). Cheap: two comparisons."""
+        if self._queued + texts > self.max_depth:
+            self._refuse(
+                "queue_full",
+                f"the encoder queue is full ({self._queued} of {self.max_depth} texts "
+                "waiting); retry later",
+            )
+        wait = self.estimated_wait_s()
+        if self.queue_deadline_s and wait is not None and wait > self.queue_deadline_s:
+            self._refuse(
+                "queue_wait",
+                f"the encoder queue's estimated wait is {wait * 1000:.0f} ms, over the limit "
+                f"of {self.queue_deadline_s * 1000:.0f} ms; retry later",
+            )
+
+    def _refuse(self, reason: str, message: str) -> None:
+        self._metrics.requests_shed.labels(reason=reason).inc()
+        raise Overloaded(message, self.retry_after_s())
 
     async def embed(self, texts: Sequence[EncoderInput]) -> Encoded:
         """Full embeddings and token counts of ``texts`` (or token ids), in order."""
         if not self.running:
             raise NotReady("the encoder is not running")
-        if len(self._items) + len(texts) > self.max_depth:
-            raise Overloaded(
-                f"the encoder queue is full ({len(self._items)} of {self.max_depth} texts "
-                "waiting); retry later",
-                self.retry_after_s(),
-            )
-        future: asyncio.Future[Encoded] = asyncio.get_running_loop().create_future()
-        ticket = _Ticket(future, [None] * len(texts), [0] * len(texts), len(texts))
+        caller = CALLER.get() or Caller()
+        if caller.gone:
+            raise _disconnected()
+        self.admit(len(texts))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Encoded] = loop.create_future()
+        deadline = caller.arrived + self.timeout_s if self.timeout_s else None
+        count = len(texts)
+        ticket = _Ticket(future, [None] * count, [0] * count, count, count, deadline)
         self._items.extend(_Item(ticket, position, text) for position, text in enumerate(texts))
-        self._metrics.queue_depth.set(len(self._items))
+        self._queued += count
+        self._metrics.queue_depth.set(self._queued)
         self._arrived.set()
-        return await future
+        timer = None
+        if deadline is not None:
+            timer = loop.call_later(deadline - time.monotonic(), self._expire, ticket)
+        caller.waiting = future
+        try:
+            return await future
+        finally:
+            caller.waiting = None
+            if timer is not None:
+                timer.cancel()
+            self._forget(ticket)
+
+    def _expire(self, ticket: _Ticket) -> None:
+        """Fail a request whose deadline passed while texts of it were still queued."""
+        if ticket.queued and not ticket.future.done():
+            self._metrics.requests_shed.labels(reason="deadline").inc()
+            ticket.future.set_exception(
+                DeadlineExceeded(
+                    f"the texts were still queued for the encoder {self.timeout_s * 1000:.0f} ms "
+                    "after the request arrived; retry later"
+                )
+            )
+
+    def _forget(self, ticket: _Ticket) -> None:
+        """The request is answered or gone: its texts still queued no longer count (the worker
+        skips them)."""
+        future = ticket.future
+        left = future.cancelled() or isinstance(future.exception(), ClientDisconnected)
+        if ticket.queued and left:
+            self._metrics.requests_shed.labels(reason="disconnected").inc()
+        self._queued -= ticket.queued
+        ticket.queued = 0
+        self._metrics.queue_depth.set(self._queued)
+
+    def _live_head(self) -> bool:
+        """Drop the items at the front of the queue whose request is gone or past its
+        deadline; whether a live one is left."""
+        now = time.monotonic()
+        while self._items:
+            ticket = self._items[0].ticket
+            if ticket.deadline is not None and ticket.deadline <= now:
+                self._expire(ticket)
+            if not ticket.future.done():
+                return True
+            self._items.popleft()
+        return False
 
     async def _next_batch(self) -> list[_Item]:
         """Wait for texts, then until the batch is full or its oldest text is due."""
-        while not self._items:
+        while not self._live_head():
             self._arrived.clear()
             await self._arrived.wait()
-        deadline = self._items[0].enqueued + self.max_wait_s
-        while len(self._items) < self.max_batch and (remaining := deadline - time.monotonic()) > 0:
+        due = self._items[0].enqueued + self.max_wait_s
+        while self._queued < self.max_batch and (remaining := due - time.monotonic()) > 0:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 break
         batch = []
-        while self._items and len(batch) < self.max_batch:
+        while len(batch) < self.max_batch and self._live_head():
             item = self._items.popleft()
-            if not item.ticket.future.done():  # its request was cancelled or failed
-                batch.append(item)
-        self._metrics.queue_depth.set(len(self._items))
+            item.ticket.queued -= 1
+            self._queued -= 1
+            batch.append(item)
+        self._metrics.queue_depth.set(self._queued)
         return batch
 
     async def _run(self) -> None:
@@ -161,10 +281,13 @@ class MicroBatcher:
                 for item in batch:
                     if not item.ticket.future.done():
                         item.ticket.future.set_exception(exc)
+                self._in_flight = []
                 continue
             elapsed = time.monotonic() - started
             self._metrics.encode_seconds.observe(elapsed)
-            self._batch_seconds += SMOOTHING * (elapsed - self._batch_seconds)
+            per_text = elapsed / len(batch)
+            mean = self._text_seconds
+            self._text_seconds = per_text if mean is None else mean + SMOOTHING * (per_text - mean)
             for row, item in enumerate(batch):
                 self._deliver(item, encoded.vectors[row], int(encoded.tokens[row]))
             self._in_flight = []

@@ -66,7 +66,9 @@ class ModelNotFound(NotFound):
 
 
 class Overloaded(ServiceError):
-    """The encoder queue is full; the client should retry after ``retry_after_s`` seconds."""
+    """The service cannot take the request in time (the encoder queue is full, its estimated wait
+    is too long, or too many requests are in progress); the client should retry after
+    ``retry_after_s`` seconds."""
 
     status = 429
     kind = "overloaded"
@@ -77,6 +79,22 @@ class Overloaded(ServiceError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class DeadlineExceeded(ServiceError):
+    """The request's texts were still queued for the encoder when its deadline passed; they
+    were dropped without being encoded."""
+
+    status = 504
+    kind = "deadline_exceeded"
+
+
+class ClientDisconnected(ServiceError):
+    """The client disconnected while its texts waited for the encoder; they are dropped. The
+    answer goes nowhere: its status (nginx's 499) labels the request in the metrics."""
+
+    status = 499
+    kind = "client_disconnected"
 
 
 class NotReady(ServiceError):
@@ -110,9 +128,13 @@ _ERROR_DESCRIPTIONS = {
     404: "not found: the message names the document, collection or model",
     409: "conflict: the message names what already exists",
     422: "invalid input: the message says which field and what the limit is",
-    429: "the encoder queue is full; retry after the Retry-After header's seconds",
+    429: "overloaded: the encoder queue is full or its estimated wait is over "
+    "FRACTAL_QUEUE_DEADLINE_MS (refused before the body is read), or FRACTAL_LIMIT_CONCURRENCY "
+    "encoding requests are in progress; retry after the Retry-After header's seconds",
     503: "not ready: the bundle and index are not loaded (starting or stopping), or the index "
     "backend's server (Milvus) cannot be reached (then with a Retry-After header)",
+    504: "deadline exceeded: the texts were still queued for the encoder "
+    "FRACTAL_REQUEST_TIMEOUT_MS after the request arrived, and were dropped unencoded",
 }
 
 

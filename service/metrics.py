@@ -1,13 +1,16 @@
 """Prometheus metrics: one ``CollectorRegistry`` per app, durations in seconds.
 
-Request latency is observed by a middleware (``service.app``) with the labels the handler put on
-the request with :func:`label_request`; the other metrics are observed where the work happens.
+Request latency is observed by :class:`RequestMetricsMiddleware` with the labels the handler put
+on the request with :func:`label_request`; the other metrics are observed where the work happens.
 """
 
 from __future__ import annotations
 
+import time
+
 from fastapi import Request
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -29,6 +32,8 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REQUEST_LABELS = ("endpoint", "granularity", "dimension", "index")
 CACHE_HIT, CACHE_MISS, CACHE_ERROR = "hit", "miss", "error"
 CACHE_GET, CACHE_SET = "get", "set"
+SHED_REASONS = ("queue_full", "queue_wait", "concurrency", "deadline", "disconnected")
+"""Why a request's work was refused or dropped: ``fractal_requests_shed_total{reason}``."""
 
 
 class Metrics:
@@ -126,6 +131,15 @@ class Metrics:
             ["backend", "operation"],
             registry=registry,
         )
+        self.requests_shed = Counter(
+            "fractal_requests_shed",
+            "Requests refused before any work (429: queue_full, queue_wait, concurrency) or whose "
+            "queued texts were dropped unencoded (deadline: 504; disconnected: the client left).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in SHED_REASONS:
+            self.requests_shed.labels(reason=reason)
         self.encoder_calls_skipped = Counter(
             "fractal_encoder_calls_skipped",
             "Embedding requests answered wholly from the cache, without queueing any text.",
@@ -142,3 +156,40 @@ def label_request(
         "dimension": dimension,
         "index": index,
     }
+
+
+class RequestMetricsMiddleware:
+    """Observes ``fractal_request_duration_seconds`` for each HTTP request of the app: its route
+    template (``unmatched`` when no route matched), the labels of :func:`label_request` and the
+    answer's status (500 when the app failed without answering). A pure ASGI middleware: it
+    adds no task and no stream to a request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = "500"
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = str(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            route = scope.get("route")
+            labels = scope.get("state", {}).get("metric_labels", {})
+            metrics: Metrics = scope["app"].state.metrics
+            metrics.request_seconds.labels(
+                endpoint=getattr(route, "path_format", "unmatched"),
+                granularity=labels.get("granularity", ""),
+                dimension=labels.get("dimension", ""),
+                index=labels.get("index", ""),
+                status=status,
+            ).observe(time.perf_counter() - started)

@@ -1,6 +1,7 @@
 """Who may call the service and how much they may send: API keys, body size limit and CORS.
 
-One ASGI middleware, in front of every route, applies in order:
+Two ASGI middlewares, in front of every route, apply in order (the app puts admission control,
+:mod:`service.admission`, between them, so that a shed request's body is never read):
 
 1. **CORS** (Starlette's ``CORSMiddleware``) with the ``FRACTAL_CORS_ORIGINS`` allow-list, so a
    browser's preflight is answered without a key and a 401 still carries the CORS headers;
@@ -9,8 +10,9 @@ One ASGI middleware, in front of every route, applies in order:
    ``FRACTAL_PUBLIC_HEALTH`` is true and ``/metrics`` while ``FRACTAL_PUBLIC_METRICS`` is true.
    Keys are compared as SHA-256 digests with :func:`hmac.compare_digest`, against every key
    each time, so the time taken says nothing about how much of a key was right;
-3. **body size**: a body over ``FRACTAL_MAX_BODY_BYTES`` is refused with 413 as soon as its
-   ``Content-Length`` or the bytes received so far exceed the limit, before any parsing.
+3. **body size** (:class:`BodyLimitMiddleware`): a body over ``FRACTAL_MAX_BODY_BYTES`` is
+   refused with 413 as soon as its ``Content-Length`` or the bytes received so far exceed the
+   limit, before any parsing.
 
 Keys are ``SecretStr`` in the settings and appear in no log and no answer.
 """
@@ -50,11 +52,10 @@ def bearer_token(scope: Scope) -> str | None:
 
 
 class _Guard:
-    """Steps 2 and 3 of the module docstring, for one settings object."""
+    """Step 2 of the module docstring, for one settings object."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
-        self.max_body_bytes = settings.max_body_bytes
         self.key_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
         self.public_paths = public_paths(settings)
 
@@ -70,21 +71,37 @@ class _Guard:
             matched |= hmac.compare_digest(presented, digest)
         return matched
 
-    def _too_large(self, size: int) -> str | None:
-        if size <= self.max_body_bytes:
-            return None
-        return f"the request body is larger than the limit of {self.max_body_bytes} bytes"
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope)
         if not self.authorized(scope):
             headers = {"WWW-Authenticate": "Bearer"}
-            await error_response(request, 401, "unauthorized", UNAUTHORIZED, headers=headers)(
-                scope, receive, send
-            )
+            await error_response(
+                Request(scope), 401, "unauthorized", UNAUTHORIZED, headers=headers
+            )(scope, receive, send)
             return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Step 3 of the module docstring, with the app's ``FRACTAL_MAX_BODY_BYTES``: reads the
+    whole body (refusing it once over the limit) and hands it on in one message."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        max_body_bytes = scope["app"].state.settings.max_body_bytes
+
+        def too_large(size: int) -> str | None:
+            if size <= max_body_bytes:
+                return None
+            return f"the request body is larger than the limit of {max_body_bytes} bytes"
+
+        request = Request(scope)
         declared = request.headers.get("content-length", "")
-        problem = self._too_large(int(declared)) if declared.isdigit() else None
+        problem = too_large(int(declared)) if declared.isdigit() else None
         chunks: list[bytes] = []
         size = 0
         while problem is None:
@@ -94,7 +111,7 @@ class _Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             chunks.append(chunk)
-            problem = self._too_large(size)
+            problem = too_large(size)
             if not message.get("more_body", False):
                 break
         if problem is not None:
@@ -109,7 +126,7 @@ class _Guard:
 
 
 class SecurityMiddleware:
-    """The checks of the module docstring, with the settings the app was started with.
+    """Steps 1 and 2 of the module docstring, with the settings the app was started with.
 
     The settings are read from ``app.state.settings`` on each request (the app may load them
     only when it starts); until there are some, every request gets 503.

@@ -32,6 +32,14 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    http: Literal["auto", "h11", "httptools"] = Field(
+        "auto", description="uvicorn's HTTP parser; auto = httptools when installed"
+    )
+    loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        "auto", description="uvicorn's event loop; auto = uvloop when installed"
+    )
+    backlog: int = Field(2048, ge=1, description="connections the listening socket queues")
+    keep_alive_s: int = Field(5, ge=1, description="how long an idle connection is kept open")
 
     encoder_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = cores")
     encoder_spin: bool = Field(
@@ -43,6 +51,23 @@ class Settings(BaseSettings):
         0.0, ge=0, description="how long an idle encoder waits for a batch to fill; 0 = not at all"
     )
     queue_depth: int = Field(1024, ge=1, description="texts waiting before requests get 429")
+    queue_deadline_ms: float = Field(
+        500.0,
+        ge=0,
+        description="estimated encoder queue wait over which encoding requests get 429 before "
+        "their body is read; 0 = only queue_depth",
+    )
+    request_timeout_ms: float = Field(
+        10_000.0,
+        ge=0,
+        description="texts still queued this long after their request arrived are dropped, and "
+        "the request gets 504; 0 = no deadline",
+    )
+    limit_concurrency: int = Field(
+        0,
+        ge=0,
+        description="encoding requests in progress over which new ones get 429; 0 = no limit",
+    )
     max_texts: int = Field(128, ge=1, description="texts (or documents, or queries) per request")
     max_chars: int = Field(8192, ge=1, description="characters per text")
 

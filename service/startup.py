@@ -92,6 +92,8 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         max_batch=settings.max_batch_size,
         max_wait_s=settings.max_wait_ms / 1000,
         max_depth=settings.queue_depth,
+        queue_deadline_s=settings.queue_deadline_ms / 1000,
+        timeout_s=settings.request_timeout_ms / 1000,
     )
     return Runtime(
         settings,

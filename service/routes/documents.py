@@ -147,7 +147,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
 
     stored = _stored(prefix)
 
-    @router.post("/documents", responses={**stored, **error_responses(404, 422, 429, 503)})
+    @router.post("/documents", responses={**stored, **error_responses(404, 422, 429, 503, 504)})
     async def add_documents(
         body: AddDocumentsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:

@@ -62,7 +62,7 @@ class EmbedResponse(BaseModel):
     usage: Usage
 
 
-@router.post("/embed", responses=error_responses(422, 429, 503))
+@router.post("/embed", responses=error_responses(422, 429, 503, 504))
 async def embed(body: EmbedRequest, runtime: RuntimeDep, request: Request) -> EmbedResponse:
     """Embed texts at one or several prefix dimensions."""
     dims = resolve_dims(runtime.manifest, body.dims, body.granularity)

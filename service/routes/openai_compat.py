@@ -60,7 +60,7 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
-@router.post("/v1/embeddings", responses=error_responses(404, 422, 429, 503))
+@router.post("/v1/embeddings", responses=error_responses(404, 422, 429, 503, 504))
 async def create_embeddings(
     body: EmbeddingsRequest, runtime: RuntimeDep, request: Request
 ) -> EmbeddingsResponse:

@@ -254,7 +254,7 @@ async def _run(
     return results, _timings(outcome, encode_seconds)
 
 
-@router.get("/search", responses=error_responses(404, 422, 429, 503))
+@router.get("/search", responses=error_responses(404, 422, 429, 503, 504))
 async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
@@ -265,7 +265,7 @@ async def search(
     )
 
 
-@router.post("/search", responses=error_responses(404, 422, 429, 503))
+@router.post("/search", responses=error_responses(404, 422, 429, 503, 504))
 async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from bundle import load_bundle
+from service.encoder import OnnxEncoder
 from service.settings import Settings
 from tests.service.helpers import make_settings
 
@@ -41,3 +43,15 @@ def backend(request: pytest.FixtureRequest) -> Callable[[], dict[str, Any]]:
         }
 
     return milvus
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``pytest.mark.anyio``) run on asyncio, as the service does."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bundle_dir: Path) -> OnnxEncoder:
+    """The tiny bundle's real encoder, on one thread."""
+    return OnnxEncoder(tiny_bundle_dir, load_bundle(tiny_bundle_dir), threads=1)

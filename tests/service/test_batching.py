@@ -1,75 +1,34 @@
-"""The micro-batching queue, with the real encoder behind a gate that the test opens.
-
-While the gate is shut the encoder thread is busy, so what is queued, merged and refused is
-decided by the test, not by timing.
-"""
+"""The micro-batching queue, with the real encoder behind a gate that the test opens
+(:mod:`tests.service.gated`): merging, splitting, refusing, deadlines, cancelled requests."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Sequence
+import math
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from bundle import load_bundle
 from service.app import create_app
-from service.batching import MicroBatcher
+from service.batching import CALLER, Caller, MicroBatcher
 from service.encoder import Encoded, OnnxEncoder
-from service.errors import NotReady, Overloaded
+from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
 from service.startup import load_runtime
+from tests.service.gated import WAIT_S, GatedEncoder, gated_batcher, until
 from tests.service.helpers import make_settings
 
 pytestmark = pytest.mark.anyio
-WAIT_S = 30.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def encoder(tiny_bundle_dir: Path) -> OnnxEncoder:
-    return OnnxEncoder(tiny_bundle_dir, load_bundle(tiny_bundle_dir), threads=1)
-
-
-class GatedEncoder:
-    """The real encoder, recording batch sizes; each call waits until the gate is open."""
-
-    def __init__(self, encoder: OnnxEncoder) -> None:
-        self.encoder = encoder
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-        self.batch_sizes: list[int] = []
-
-    def __call__(self, texts: list[str]) -> Encoded:
-        self.batch_sizes.append(len(texts))
-        self.entered.set()
-        if not self.gate.wait(WAIT_S):
-            raise TimeoutError("the test never opened the gate")
-        return self.encoder.encode(texts)
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Yield to the event loop until ``condition`` holds (a bound on steps, not on time)."""
-    for _ in range(100_000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("condition never held")
 
 
 def _batcher(
     gated: GatedEncoder, max_batch: int = 8, max_depth: int = 16, metrics: Metrics | None = None
 ) -> MicroBatcher:
-    return MicroBatcher(
-        gated, metrics or Metrics(), max_batch=max_batch, max_wait_s=0.0, max_depth=max_depth
-    )
+    return gated_batcher(gated, metrics or Metrics(), max_batch=max_batch, max_depth=max_depth)
 
 
 def _assert_encodes(encoder: OnnxEncoder, texts: Sequence[str], encoded: Encoded) -> None:
@@ -83,12 +42,12 @@ async def test_requests_queued_during_a_batch_are_merged_in_order(encoder: OnnxE
     batcher = _batcher(gated)
     batcher.start()
     first = asyncio.create_task(batcher.embed(["the first request"]))
-    await _until(gated.entered.is_set)
+    await until(gated.entered.is_set)
     second_texts = ["transfer money", "what is my balance", "freeze my card"]
     third_texts = ["set a timer", "a longer text about booking a table for four people tonight"]
     second = asyncio.create_task(batcher.embed(second_texts))
     third = asyncio.create_task(batcher.embed(third_texts))
-    await _until(lambda: batcher.depth == 5)
+    await until(lambda: batcher.depth == 5)
     # The encoder thread is blocked, and the event loop still runs other work.
     assert await asyncio.wait_for(asyncio.sleep(0, result="loop alive"), WAIT_S) == "loop alive"
     gated.gate.set()
@@ -117,9 +76,9 @@ async def test_a_full_queue_refuses_at_once_and_recovers(encoder: OnnxEncoder) -
     batcher = _batcher(gated, max_batch=2, max_depth=4)
     batcher.start()
     running = asyncio.create_task(batcher.embed(["in the encoder"]))
-    await _until(gated.entered.is_set)
+    await until(gated.entered.is_set)
     queued = asyncio.create_task(batcher.embed(["one", "two", "three"]))
-    await _until(lambda: batcher.depth == 3)
+    await until(lambda: batcher.depth == 3)
     with pytest.raises(Overloaded) as refused:
         await batcher.embed(["four", "five"])
     assert refused.value.retry_after_s >= 1
@@ -137,11 +96,11 @@ async def test_stop_fails_waiting_and_running_requests(encoder: OnnxEncoder) -> 
     batcher = _batcher(gated)
     batcher.start()
     running = asyncio.create_task(batcher.embed(["in the encoder"]))
-    await _until(gated.entered.is_set)
+    await until(gated.entered.is_set)
     waiting = asyncio.create_task(batcher.embed(["waiting"]))
-    await _until(lambda: batcher.depth == 1)
+    await until(lambda: batcher.depth == 1)
     stopping = asyncio.create_task(batcher.stop())
-    await _until(lambda: waiting.done() and running.done())
+    await until(lambda: waiting.done() and running.done())
     for task in (waiting, running):
         with pytest.raises(NotReady):
             task.result()
@@ -168,9 +127,9 @@ async def test_full_queue_is_http_429_with_retry_after(
         httpx.AsyncClient(transport=transport, base_url="http://fractal") as client,
     ):
         running = asyncio.create_task(client.post("/embed", json={"texts": ["a"]}))
-        await _until(gated.entered.is_set)
+        await until(gated.entered.is_set)
         queued = asyncio.create_task(client.post("/embed", json={"texts": ["b", "c", "d"]}))
-        await _until(lambda: runtime.batcher.depth == 3)
+        await until(lambda: runtime.batcher.depth == 3)
         refused = await client.post("/embed", json={"texts": ["e", "f"]})
         assert refused.status_code == 429
         assert int(refused.headers["Retry-After"]) >= 1
@@ -181,3 +140,128 @@ async def test_full_queue_is_http_429_with_retry_after(
         gated.gate.set()
         assert (await running).status_code == 200
         assert (await queued).status_code == 200
+
+
+def _shed(metrics: Metrics, reason: str) -> float:
+    value = metrics.registry.get_sample_value("fractal_requests_shed_total", {"reason": reason})
+    assert value is not None
+    return value
+
+
+async def test_expired_texts_are_dropped_unencoded(encoder: OnnxEncoder) -> None:
+    gated = GatedEncoder(encoder)
+    metrics = Metrics()
+    batcher = gated_batcher(gated, metrics, timeout_s=0.05)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    with pytest.raises(DeadlineExceeded) as expired:
+        await asyncio.wait_for(batcher.embed(["too late", "also too late"]), WAIT_S)
+    assert expired.value.status == 504
+    assert batcher.depth == 0
+    assert _shed(metrics, "deadline") == 1
+    gated.gate.set()
+    _assert_encodes(encoder, ["in the encoder"], await running)  # in the encoder: not expired
+    after = await batcher.embed(["after"])
+    _assert_encodes(encoder, ["after"], after)
+    assert gated.batch_sizes == [1, 1]  # the expired texts never reached the encoder
+    await batcher.stop()
+
+
+async def test_a_cancelled_request_leaves_the_queue(encoder: OnnxEncoder) -> None:
+    gated = GatedEncoder(encoder)
+    metrics = Metrics()
+    batcher = gated_batcher(gated, metrics, max_depth=4)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    abandoned = asyncio.create_task(batcher.embed(["one", "two", "three", "four"]))
+    await until(lambda: batcher.depth == 4)
+    abandoned.cancel()
+    await until(lambda: batcher.depth == 0)
+    assert _shed(metrics, "disconnected") == 1
+    assert metrics.registry.get_sample_value("fractal_queue_depth") == 0
+    kept = asyncio.create_task(batcher.embed(["kept", "also kept"]))  # room again
+    await until(lambda: batcher.depth == 2)
+    gated.gate.set()
+    await asyncio.gather(running, kept)
+    assert gated.batch_sizes == [1, 2]  # the cancelled texts were skipped
+    await batcher.stop()
+
+
+async def test_a_caller_that_leaves_fails_its_wait_and_drops_its_texts(
+    encoder: OnnxEncoder,
+) -> None:
+    gated = GatedEncoder(encoder)
+    metrics = Metrics()
+    batcher = gated_batcher(gated, metrics)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    caller = Caller()
+
+    async def request() -> Encoded:
+        CALLER.set(caller)
+        return await batcher.embed(["left", "behind"])
+
+    leaving = asyncio.create_task(request())
+    await until(lambda: batcher.depth == 2)
+    caller.leave()
+    with pytest.raises(ClientDisconnected):
+        await leaving
+    assert batcher.depth == 0
+    assert _shed(metrics, "disconnected") == 1
+    with pytest.raises(ClientDisconnected):  # a caller that left queues nothing more
+        await asyncio.create_task(request())
+    assert batcher.depth == 0
+    gated.gate.set()
+    await running
+    assert gated.batch_sizes == [1]
+    await batcher.stop()
+
+
+async def test_admission_sheds_on_the_measured_wait(encoder: OnnxEncoder) -> None:
+    gated = GatedEncoder(encoder)
+    metrics = Metrics()
+    batcher = gated_batcher(gated, metrics, max_batch=1, max_depth=64, queue_deadline_s=1e-9)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    batcher.admit()  # nothing measured yet: only the depth counts
+    assert batcher.estimated_wait_s() is None
+    gated.gate.set()
+    await running
+    assert batcher.estimated_wait_s() == 0.0  # measured, and nothing queued
+    batcher.admit()
+    gated.gate.clear()
+    gated.entered.clear()
+    queued = asyncio.create_task(batcher.embed(["a", "b", "c"]))
+    await until(gated.entered.is_set)
+    estimate = batcher.estimated_wait_s()
+    assert estimate is not None and estimate > 0
+    with pytest.raises(Overloaded) as refused:
+        batcher.admit()
+    assert "estimated wait" in refused.value.message
+    assert refused.value.retry_after_s == max(1, math.ceil(estimate))
+    assert _shed(metrics, "queue_wait") == 1
+    assert _shed(metrics, "queue_full") == 0
+    gated.gate.set()
+    await queued
+    await batcher.stop()
+
+
+async def test_retry_after_counts_the_queued_texts(encoder: OnnxEncoder) -> None:
+    def slow_encode(texts: list[str]) -> Encoded:
+        time.sleep(0.1 * len(texts))  # at least 0.1 s a text
+        return encoder.encode(texts)
+
+    batcher = MicroBatcher(slow_encode, Metrics(), max_batch=1, max_wait_s=0.0, max_depth=64)
+    batcher.start()
+    await batcher.embed(["measured"])
+    waiting = asyncio.create_task(batcher.embed([f"text {i}" for i in range(30)]))
+    await until(lambda: batcher.depth == 29)
+    assert batcher.retry_after_s() >= 3  # 30 texts of at least 0.1 s each
+    waiting.cancel()
+    await until(lambda: batcher.depth == 0)
+    assert batcher.retry_after_s() == 1
+    await batcher.stop()
