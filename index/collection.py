@@ -392,6 +392,8 @@ class Collection:
         spaces = {(spec.scoring, spec.dim) for spec in self._specs.values()}
         mapped = {space: self._map(*space, unit) for space in spaces}
         with self._writer:
+            # Room for the new rows' full vectors first: a full disk refuses the write whole.
+            self._vectors.reserve(self._store.next_row_id + len(documents))
             started = time.perf_counter()
             upserted = self._store.upsert(documents)
             self._generation += 1

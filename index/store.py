@@ -21,11 +21,13 @@ transaction that writes the row, and built at open for a store made before it ex
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +71,15 @@ _METADATA_VALUES = (
 )
 METADATA_CHUNK = 10_000
 """Documents read per step when the metadata index is built for an existing store."""
+
+
+class StorageFull(OSError):
+    """The disk holding a collection is full (``ENOSPC``, SQLite's ``SQLITE_FULL``): the write
+    that hit it was rolled back, nothing of it was stored. Snapshots and the full vectors' file
+    raise it too."""
+
+    def __init__(self, path: Path, cause: Exception) -> None:
+        super().__init__(errno.ENOSPC, f"no space left on the disk holding {path} ({cause})")
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,26 @@ class Store:
             self._connections.append(connection)
         return connection
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the writer connection, the write lock held: committed when
+        the block ends, rolled back on any error; a full disk is :class:`StorageFull`."""
+        with self._write_lock:
+            db = self._writer
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:  # SQLite rolls back by itself after SQLITE_FULL
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                    raise StorageFull(self.path.parent, exc) from exc
+                raise
+
     def _reader(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
@@ -224,6 +255,17 @@ class Store:
         """Changes up to this counter value are no longer in the log."""
         return self._read_meta_int("pruned_through")
 
+    @property
+    def next_row_id(self) -> int:
+        """The row id the next added row gets: one past the highest ever used
+        (``AUTOINCREMENT``); rows added after it number upwards from it."""
+        row = (
+            self._reader()
+            .execute("SELECT seq FROM sqlite_sequence WHERE name = 'documents'")
+            .fetchone()
+        )
+        return 1 if row is None else int(row[0]) + 1
+
     def upsert(self, documents: Sequence[Document]) -> Upserted:
         """Add the documents, replacing any with the same id; committed when this returns."""
         for document in documents:
@@ -234,43 +276,36 @@ class Store:
                 )
         rows: list[int] = []
         replaced: list[int | None] = []
-        with self._write_lock:
-            db = self._writer
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                seq = int(self._meta("counter") or 0)
-                for document in documents:
-                    old = db.execute(
-                        "SELECT row_id FROM documents WHERE doc_id = ?", (document.id,)
-                    ).fetchone()
-                    if old is not None:
-                        seq += 1
-                        self._log_removal(seq, old[0], document.id)
+        with self._transaction() as db:
+            seq = int(self._meta("counter") or 0)
+            for document in documents:
+                old = db.execute(
+                    "SELECT row_id FROM documents WHERE doc_id = ?", (document.id,)
+                ).fetchone()
+                if old is not None:
                     seq += 1
-                    cursor = db.execute(
-                        "INSERT INTO documents (doc_id, text, metadata, vector, seq) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (
-                            document.id,
-                            document.text,
-                            json.dumps(document.metadata),
-                            np.asarray(document.vector, "<f4").tobytes(),
-                            seq,
-                        ),
-                    )
-                    row = int(cursor.lastrowid or 0)
-                    db.execute("INSERT INTO changes VALUES (?, ?, 'add', NULL)", (seq, row))
-                    db.executemany(
-                        "INSERT OR IGNORE INTO metadata_values VALUES (?, ?, ?)",
-                        [(key, value, row) for key, value in indexed_values(document.metadata)],
-                    )
-                    rows.append(row)
-                    replaced.append(None if old is None else int(old[0]))
-                self._set_meta("counter", str(seq))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+                    self._log_removal(seq, old[0], document.id)
+                seq += 1
+                cursor = db.execute(
+                    "INSERT INTO documents (doc_id, text, metadata, vector, seq) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        document.id,
+                        document.text,
+                        json.dumps(document.metadata),
+                        np.asarray(document.vector, "<f4").tobytes(),
+                        seq,
+                    ),
+                )
+                row = int(cursor.lastrowid or 0)
+                db.execute("INSERT INTO changes VALUES (?, ?, 'add', NULL)", (seq, row))
+                db.executemany(
+                    "INSERT OR IGNORE INTO metadata_values VALUES (?, ?, ?)",
+                    [(key, value, row) for key, value in indexed_values(document.metadata)],
+                )
+                rows.append(row)
+                replaced.append(None if old is None else int(old[0]))
+            self._set_meta("counter", str(seq))
         return Upserted(tuple(rows), tuple(replaced), seq)
 
     def _log_removal(self, seq: int, row: int, doc_id: str) -> None:
@@ -282,25 +317,17 @@ class Store:
     def delete(self, doc_ids: Sequence[str]) -> ChangeSet:
         """Remove the documents with these ids (unknown ids are ignored); committed on return."""
         removed: list[int] = []
-        with self._write_lock:
-            db = self._writer
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                seq = int(self._meta("counter") or 0)
-                for doc_id in doc_ids:
-                    old = db.execute(
-                        "SELECT row_id FROM documents WHERE doc_id = ?", (doc_id,)
-                    ).fetchone()
-                    if old is None:
-                        continue
-                    seq += 1
-                    self._log_removal(seq, old[0], doc_id)
-                    removed.append(int(old[0]))
-                self._set_meta("counter", str(seq))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            seq = int(self._meta("counter") or 0)
+            for doc_id in doc_ids:
+                old = db.execute("SELECT row_id FROM documents WHERE doc_id = ?", (doc_id,))
+                found = old.fetchone()
+                if found is None:
+                    continue
+                seq += 1
+                self._log_removal(seq, found[0], doc_id)
+                removed.append(int(found[0]))
+            self._set_meta("counter", str(seq))
         return ChangeSet((), tuple(removed), seq)
 
     def get(self, doc_id: str) -> Document | None:
@@ -455,12 +482,9 @@ class Store:
 
     def prune_changes(self, through: int) -> None:
         """Forget the log up to ``through``: a snapshot at that counter no longer needs it."""
-        with self._write_lock:
-            db = self._writer
-            db.execute("BEGIN IMMEDIATE")
+        with self._transaction() as db:
             db.execute("DELETE FROM changes WHERE seq <= ?", (through,))
             self._set_meta("pruned_through", str(max(through, int(self._meta("pruned_through")))))
-            db.execute("COMMIT")
 
     def close(self) -> None:
         """Close every connection this store opened."""

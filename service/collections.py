@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 from bundle import Manifest
 from index import CollectionStats
-from index.backend import CollectionMissing, IndexBackend
+from index.backend import CollectionMissing, IndexBackend, StorageFull
 from index.kinds import KINDS
 from service.collection import DEFAULT_NAME, IndexDirError, catalog_for, with_kinds
 from service.errors import Conflict, InvalidRequest, NotFound
@@ -96,12 +96,14 @@ class HostedCollection:
             self._unsnapshotted_writes = False
             try:
                 counter = self.collection.snapshot()
-            except (OSError, RuntimeError):
+            except (OSError, RuntimeError) as exc:  # StorageFull (a full disk) among them
                 self._unsnapshotted_writes = True
-                logger.exception(
-                    "index snapshot of collection %r failed; the store is intact, a restart "
-                    "rebuilds",
+                logger.error(
+                    "index snapshot of collection %r failed (%s); the store is intact, the next "
+                    "snapshot tries again and a restart rebuilds",
                     self.name,
+                    exc,
+                    exc_info=not isinstance(exc, StorageFull),
                 )
                 return
             logger.info("collection %r: index snapshot written at change %d", self.name, counter)

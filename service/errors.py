@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from index.backend import BackendUnavailable
+from index.backend import BackendUnavailable, StorageFull
 from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
@@ -113,7 +113,14 @@ _ERROR_DESCRIPTIONS = {
     429: "the encoder queue is full; retry after the Retry-After header's seconds",
     503: "not ready: the bundle and index are not loaded (starting or stopping), or the index "
     "backend's server (Milvus) cannot be reached (then with a Retry-After header)",
+    507: "insufficient storage: the disk holding FRACTAL_INDEX_DIR is full; nothing of this "
+    "request was stored (retry once space is freed)",
 }
+
+STORAGE_FULL_MESSAGE = (
+    "the disk holding the index directory (FRACTAL_INDEX_DIR) is full: nothing of this request "
+    "was stored; retry once space is freed"
+)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict]:
@@ -267,8 +274,13 @@ def install_error_handlers(app: FastAPI) -> None:
             request, 503, "backend_unavailable", str(exc), headers={"Retry-After": "1"}
         )
 
+    async def on_storage_full(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("%s %s refused: %s", request.method, request.url.path, exc)
+        return error_response(request, 507, "insufficient_storage", STORAGE_FULL_MESSAGE)
+
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
+    app.add_exception_handler(StorageFull, on_storage_full)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected_error)

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,17 +164,19 @@ def start_service(
     *,
     ready_timeout_s: float = READY_TIMEOUT_S,
     api_key: str | None = None,
+    wrapper: Sequence[str] = (),
     **settings: object,
 ) -> ServiceProcess:
     """Start ``python -m service`` on a free loopback port with ``settings`` (see
     :func:`service_environment`), its output appended to ``log``, and wait until ``/ready``
-    answers 200 (asked with ``api_key`` as a bearer token, when the service requires one)."""
+    answers 200 (asked with ``api_key`` as a bearer token, when the service requires one).
+    ``wrapper`` is a command that runs it (``nsenter …``: in another mount namespace); it must
+    ``exec`` the service, so that signals reach it."""
     port = free_port()
     env = service_environment(bundle, index_dir, port, **settings)
+    command = [*wrapper, sys.executable, "-m", "service"]
     with log.open("ab") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=output, stderr=output
-        )
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=output)
     service = ServiceProcess(process, f"http://127.0.0.1:{port}", log)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     service.wait_ready(ready_timeout_s, headers)
