@@ -86,6 +86,14 @@ class NotReady(ServiceError):
     kind = "not_ready"
 
 
+class ShuttingDown(NotReady):
+    """SIGTERM was received: requests in flight finish, new ones are refused, and the connection
+    is closed after the answer (a client reconnects, to another replica behind a balancer)."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
+
+
 class StartupError(Exception):
     """The service cannot start; the message is printed as the one line the process ends with."""
 

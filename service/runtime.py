@@ -137,6 +137,7 @@ class Runtime:
         self.metrics = metrics
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False
+        self._draining = False
 
     @property
     def collection(self) -> IndexBackend:
@@ -153,6 +154,15 @@ class Runtime:
     @property
     def ready(self) -> bool:
         return self.batcher.running and not self._stopping
+
+    @property
+    def draining(self) -> bool:
+        """Whether a SIGTERM was received: requests arriving now are refused
+        (:class:`service.shutdown.DrainGate`); those already in go on."""
+        return self._draining
+
+    def drain(self) -> None:
+        self._draining = True
 
     def start(self) -> None:
         """Start the encoder queue, the cache client and the periodic snapshots (on the running
