@@ -177,6 +177,7 @@ class EmbeddedCatalog:
                 pq_codebooks=bundle_pq_codebooks(settings, manifest),
                 layout=_layout(settings, manifest),
                 full_dtype=settings.full_vectors_dtype,
+                store_check=settings.store_check,
             )
         except (OSError, ValueError) as exc:
             raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc

@@ -122,6 +122,23 @@ class HostedCollection:
         return self.collection.stats()
 
 
+def _log_repairs(name: str, collection: IndexBackend) -> None:
+    """A warning line for each derived file that opening found damaged or stale and rebuilt from
+    the store (an index snapshot whose checksum differs, the full vectors' file); a missing
+    snapshot (a new folder) is no news."""
+    recovery = collection.stats().recovery
+    for index, reason in recovery.get("rebuilt", {}).items():
+        if reason != "no snapshot":
+            logger.warning(
+                "collection %r: index %s rebuilt from the store: %s", name, index, reason
+            )
+    vectors = recovery.get("full_vectors") or {}
+    if vectors.get("action") == "rebuilt" and vectors.get("rows_written"):
+        logger.warning(
+            "collection %r: full vectors' file rebuilt from the store: %s", name, vectors["reason"]
+        )
+
+
 def check_name(name: str, param: str = "name") -> None:
     """A collection name: :data:`NAME_RULE`."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
@@ -169,6 +186,7 @@ class CollectionSet:
         ).inc()
 
     def _host(self, name: str, collection: IndexBackend, settings: Settings) -> HostedCollection:
+        _log_repairs(name, collection)
         searcher = Searcher(collection, self._manifest, self._router, settings, self._metrics)
         return HostedCollection(name, collection, searcher, settings.index_kinds)
 

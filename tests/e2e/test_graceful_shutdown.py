@@ -2,7 +2,7 @@
 requests arriving later get 503 ``not_ready`` in the one error shape or, once the server has
 closed its listener, a refused connection; the index snapshot is written and the process exits
 with status 0 within ``FRACTAL_SHUTDOWN_GRACE_S``. A request still in flight when the grace ends
-is cut off, and the process still exits 0.
+is cut off with a 503 saying so, and the process still exits 0.
 
 "In flight" is made exact with uploads whose body is sent in two parts: the server holds such a
 request from its first part on, and gets the rest only after the SIGTERM.
