@@ -96,6 +96,18 @@ class StorageFull(OSError):
         super().__init__(errno.ENOSPC, f"no space left on the disk holding {path} ({cause})")
 
 
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from, says the disk is full: ``ENOSPC`` or
+    ``EDQUOT`` (:class:`StorageFull` among them), or SQLite's ``SQLITE_FULL``."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return True
+        exc = exc.__cause__
+    return False
+
+
 @dataclass(frozen=True)
 class Document:
     """One document: a non-empty string id, its text, JSON metadata and its full vector."""
@@ -266,7 +278,7 @@ class Store:
                         db.execute("ROLLBACK")
                     raise
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                if is_disk_full(exc):
                     raise StorageFull(self.path.parent, exc) from exc
                 raise
 

@@ -18,7 +18,6 @@ write, so a full disk refuses the write (:class:`index.store.StorageFull`) with 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index.store import StorageFull, Store
+from index.store import StorageFull, Store, is_disk_full
 from index.vectors import unit_rows
 
 DATA_FILE = "vectors.f{bits}"
@@ -161,7 +160,7 @@ class VectorFile:
                 if capacity:
                     os.posix_fallocate(file.fileno(), 0, capacity * self.row_bytes)
             except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if is_disk_full(exc):
                     raise StorageFull(self.directory, exc) from exc
                 raise
 

@@ -1,6 +1,7 @@
 """A full disk under ingest, on a real service whose index folder is a small tmpfs of its own
 (:mod:`tests.e2e.private_disk`): a write the disk cannot hold is a 507 with nothing of it
-stored, whether SQLite or the full vectors' file ran out of room; searches go on, failed
+stored, whether SQLite or the full vectors' file ran out of room, and so is a collection's
+creation (no folder of it left); searches go on, failed
 snapshots are logged and retried, ingest resumes once space is freed, and every acknowledged
 document is there after a restart."""
 
@@ -22,6 +23,7 @@ SETTINGS = {"index_kinds": "hnsw", "fine_index_kinds": "none", "snapshot_interva
 BATCH = 10
 MAX_BATCHES = 200
 TEXT = "a note about the red box, the green box and the blue box, number {0} " * 30
+COLLECTION = "notes"
 SNAPSHOT_FAILED = "index snapshot of collection 'default' failed"
 VECTORS_FILE_ROWS = 1024
 """The full vectors' file starts with room for this many rows, then doubles (1.5 MB of 384-d
@@ -91,6 +93,15 @@ def _assert_refused(response: httpx.Response) -> None:
     assert "FRACTAL_INDEX_DIR" in error["message"] and "nothing" in error["message"]
 
 
+def _create_collection(client: httpx.Client, folder: Path, status: int) -> httpx.Response:
+    """``POST /collections`` of ``notes``, answered ``status``; its ``folder`` is there only
+    when it was created."""
+    response = client.post("/collections", json={"name": COLLECTION})
+    assert response.status_code == status, response.text
+    assert folder.is_dir() == (status == 201)
+    return response
+
+
 def test_a_full_disk_refuses_writes_whole_and_loses_nothing_acknowledged(
     tiny_bundle_dir: Path, disk: PrivateDisk, launch: Callable[..., ServiceProcess]
 ) -> None:
@@ -113,8 +124,12 @@ def test_a_full_disk_refuses_writes_whole_and_loses_nothing_acknowledged(
         wait_until(lambda: SNAPSHOT_FAILED in log.read_text(), "a failed snapshot", 10.0)
         assert server.process.poll() is None
         _searches(client)
+        folder = disk.outside(index_dir / "collections" / COLLECTION)
+        assert folder.parents[1].is_dir()  # the index folder, as the service sees it
+        _assert_refused(_create_collection(client, folder, 507))
         filler.unlink()
         assert ingest.batch().status_code == 200  # resumes once there is room
+        _create_collection(client, folder, 201)
 
         # Then the full vectors' file cannot grow past its first 1024 rows (1.5 MB more).
         while ingest.next + BATCH < VECTORS_FILE_ROWS:
