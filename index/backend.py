@@ -10,7 +10,9 @@ Two backends implement :class:`IndexBackend`:
 
 The service picks one in a single factory (:func:`service.collection.catalog_for`) and never
 branches on the backend anywhere else. A backend that cannot reach its engine raises
-:class:`BackendUnavailable`, which the service answers with 503.
+:class:`BackendUnavailable`, which the service answers with 503; one whose disk is full refuses a
+write with :class:`StorageFull` (from :mod:`index.store`, nothing of the write stored), which the
+service answers with 507.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from index.collection import CollectionStats, Hit
 from index.filters import Filter
 from index.store import Contents
+from index.store import StorageFull as StorageFull  # re-exported: a backend's errors are here
 
 
 class BackendUnavailable(RuntimeError):

@@ -216,7 +216,8 @@ class Collection:
     (``vectors.f32`` or ``vectors.f16`` with ``vectors.json``) and ``snapshot/``. ``layout`` maps
     a prefix dimension to the index kinds built at it (default: every kind of ``index_kinds`` at
     every one of ``prefix_dims``); ``full_dtype`` is the full vectors' storage, ``float32`` or
-    ``float16``.
+    ``float16``; ``store_check`` how the store is checked when opened
+    (:data:`index.store.STORE_CHECKS`).
     """
 
     def __init__(
@@ -232,6 +233,7 @@ class Collection:
         layout: Mapping[int, Sequence[str]] | None = None,
         full_dtype: str = "float32",
         filters: FilterParams | None = None,
+        store_check: str = "quick",
     ) -> None:
         check_count(dim, "dim")
         prefix_dims = tuple(sorted({check_count(d, "every prefix dim") for d in prefix_dims}))
@@ -274,7 +276,7 @@ class Collection:
             )
         }
         self.path.mkdir(parents=True, exist_ok=True)
-        self._store = Store(self.path / "store.sqlite3", dim)
+        self._store = Store(self.path / "store.sqlite3", dim, store_check)
         self._lock = ReadWriteLock()
         self._writer = threading.Lock()
         self._vectors = VectorFile(self.path, dim, full_dtype)
@@ -392,6 +394,8 @@ class Collection:
         spaces = {(spec.scoring, spec.dim) for spec in self._specs.values()}
         mapped = {space: self._map(*space, unit) for space in spaces}
         with self._writer:
+            # Room for the new rows' full vectors first: a full disk refuses the write whole.
+            self._vectors.reserve(self._store.next_row_id + len(documents))
             started = time.perf_counter()
             upserted = self._store.upsert(documents)
             self._generation += 1

@@ -3,7 +3,8 @@
 A snapshot directory holds ``manifest.json`` and the files it names. Writing never overwrites a
 file the current manifest names: new index files get a fresh random prefix, are flushed to disk,
 and only then does a new manifest replace the old one (``os.replace``, atomic). A crash at any
-point leaves either the old snapshot or the new one, never a mix.
+point leaves either the old snapshot or the new one, never a mix; a write that fails (a full
+disk: :class:`index.store.StorageFull`) removes what it wrote and leaves the old one in use.
 
 The manifest records the store's id and the change counter the indexes reflect, and for each
 index its configuration and the sha256 of each of its files. :func:`load_snapshot` uses an index
@@ -13,6 +14,7 @@ rebuilds that index from the store.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from index.kinds import VectorIndex
-from index.store import Store
+from index.store import StorageFull, Store
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -68,18 +70,25 @@ def write_snapshot(
     directory.mkdir(parents=True, exist_ok=True)
     prefix = uuid.uuid4().hex[:12]
     manifest: dict = {"format": FORMAT, "counter": counter, "store_id": store_id, "indexes": {}}
-    for name, (config, index) in entries.items():
-        files = index.save(directory / f"{prefix}-{name}.faiss")
-        for path in files:
-            fsync_path(path)
-        manifest["indexes"][name] = {
-            "config": config,
-            "index_file": files[0].name,
-            "sha256": {path.name: _sha256(path) for path in files},
-        }
-    pending = directory / f"{prefix}.manifest.tmp"
-    pending.write_text(json.dumps(manifest, indent=2))
-    fsync_path(pending)
+    try:
+        for name, (config, index) in entries.items():
+            files = index.save(directory / f"{prefix}-{name}.faiss")
+            for path in files:
+                fsync_path(path)
+            manifest["indexes"][name] = {
+                "config": config,
+                "index_file": files[0].name,
+                "sha256": {path.name: _sha256(path) for path in files},
+            }
+        pending = directory / f"{prefix}.manifest.tmp"
+        pending.write_text(json.dumps(manifest, indent=2))
+        fsync_path(pending)
+    except (OSError, RuntimeError) as exc:  # FAISS reports a failed write as a RuntimeError
+        for path in directory.glob(f"{prefix}*"):  # the old snapshot stays whole and in use
+            path.unlink()
+        if os.strerror(errno.ENOSPC) in str(exc):
+            raise StorageFull(directory, exc) from exc
+        raise
     os.replace(pending, directory / MANIFEST)
     fsync_path(directory)
     kept = {MANIFEST} | {name for entry in manifest["indexes"].values() for name in entry["sha256"]}

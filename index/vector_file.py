@@ -9,6 +9,11 @@ The file is derived from the store of record, like the indexes. ``vectors.json``
 state it vouches for: the store's id, the change counter, how many rows, and the sha256 of those
 rows' bytes. On open, a file that matches is mapped and caught up with the store's change log; a
 missing, foreign, stale or corrupted one (its checksum differs) is rebuilt from the store.
+
+The file's blocks are allocated when it grows (``posix_fallocate``), not left as holes: writing a
+row through the mapping then never needs new disk space, which on a full disk would be a
+``SIGBUS`` instead of an error. :meth:`VectorFile.reserve` grows it before the store commits a
+write, so a full disk refuses the write (:class:`index.store.StorageFull`) with nothing stored.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index.store import Store
+from index.store import StorageFull, Store, is_disk_full
 from index.vectors import unit_rows
 
 DATA_FILE = "vectors.f{bits}"
@@ -146,11 +151,33 @@ class VectorFile:
     def row_bytes(self) -> int:
         return self.dim * self._numpy_dtype.itemsize
 
-    def _map(self, capacity: int) -> None:
-        """Map ``capacity`` rows of the file (extended with zeros as needed)."""
+    def _allocate(self, capacity: int) -> None:
+        """Extend the file with zeros to ``capacity`` rows, every block allocated on disk (holes
+        left by an older version included); :class:`StorageFull` when the disk cannot hold
+        them, the file's length unchanged."""
         with self.path.open("ab") as file:
-            if file.tell() < capacity * self.row_bytes:
-                file.truncate(capacity * self.row_bytes)
+            try:
+                if capacity:
+                    os.posix_fallocate(file.fileno(), 0, capacity * self.row_bytes)
+            except OSError as exc:
+                if is_disk_full(exc):
+                    raise StorageFull(self.directory, exc) from exc
+                raise
+
+    def _capacity_for(self, end: int) -> int:
+        """The rows the file grows to when row ``end - 1`` is written: doubling."""
+        return max(end, 2 * len(self._matrix), MIN_CAPACITY)
+
+    def reserve(self, end: int) -> None:
+        """Allocate the rows below ``end`` before they are written, so that writing them cannot
+        fail for lack of space. The mapping is unchanged (searches may go on):
+        :meth:`write` maps the new rows."""
+        if end > len(self._matrix):
+            self._allocate(self._capacity_for(end))
+
+    def _map(self, capacity: int) -> None:
+        """Map ``capacity`` rows of the file (allocated first, see :meth:`_allocate`)."""
+        self._allocate(capacity)
         self._matrix = (
             np.memmap(self.path, dtype=self._numpy_dtype, mode="r+", shape=(capacity, self.dim))
             if capacity
@@ -163,7 +190,7 @@ class VectorFile:
             return
         end = int(rows.max()) + 1
         if end > len(self._matrix):
-            self._map(max(end, 2 * len(self._matrix), MIN_CAPACITY))
+            self._map(self._capacity_for(end))
         self._matrix[rows] = unit_vectors
         self._rows = max(self._rows, end)
 

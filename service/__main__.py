@@ -1,7 +1,7 @@
 """``python -m service`` / ``fractal-serve``: load everything, then serve with uvicorn.
 
 A bad setting or bundle ends the process before the server starts, with one ``error: …`` line
-on stderr and exit status 2.
+on stderr and exit status 2. SIGTERM drains and exits with status 0 (:mod:`service.shutdown`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import uvicorn
 from service.app import create_app
 from service.errors import StartupError
 from service.settings import settings_or_exit
+from service.shutdown import serve
 from service.startup import load_runtime
 
 EXIT_BAD_CONFIG = 2
@@ -27,7 +28,7 @@ def main() -> int:
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings, runtime),
         host=settings.host,
         port=settings.port,
@@ -40,7 +41,9 @@ def main() -> int:
         # /search filter travels there as URL-encoded JSON. (h11's own limit is 16 KiB, and a
         # longer line was a plain-text 400 from the server, outside the contract.)
         h11_max_incomplete_event_size=settings.max_body_bytes,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
+    serve(config, settings.shutdown_grace_s, runtime.drain)
     return 0
 
 

@@ -28,6 +28,7 @@ from service.routes import collections, documents, embed, openai_compat, search,
 from service.runtime import Runtime
 from service.security import BodyLimitMiddleware, SecurityMiddleware, document_security
 from service.settings import Settings
+from service.shutdown import DrainGate
 from service.startup import load_runtime
 
 TITLE = "Fractal"
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(AdmissionMiddleware)
     app.add_middleware(SecurityMiddleware)
+    app.add_middleware(DrainGate)  # outermost: decides when a request arrives, before its body
     app.openapi = _contract(app)  # type: ignore[method-assign]
     return app
 

@@ -5,19 +5,28 @@ of the text>`` with a TTL; the value is the token count (int32) followed by the 
 (little-endian float32). Prefixes are cut from the full vector, so one entry serves every
 requested dimension, and vectors of another bundle can never be returned.
 
-Redis is an optimisation, never a dependency: every Redis call has a short timeout, a failure is
-counted and logged (once per outage, with no address or password) and the request goes on
-uncached. After a failure the cache is bypassed for ``retry_s`` seconds, so a dead Redis costs
-one timeout per pause rather than one per request; then the next request tries again, and
-redis-py opens a fresh connection, which is how the cache reconnects by itself.
+Redis is an optimisation, never a dependency: every exchange with Redis (a fresh connection's
+connect and handshake included) has one deadline, the timeout; a failure is counted and logged
+(once per outage, with no address or password) and the request goes on uncached. After a
+failure the cache is bypassed for ``retry_s`` seconds, so a dead Redis costs one timeout per
+pause rather than one per request; then the next request tries again, and redis-py opens a
+fresh connection, which is how the cache reconnects by itself.
+
+A request waits on its lookup only: what it encoded is queued (at most ``MAX_PENDING_WRITES``
+entries; more are dropped) and stored by one background writer, ``WRITE_BATCH`` entries per
+pipeline. So a request never waits more than one timeout on the cache, even when Redis hangs
+between its lookup and the end of its encoding.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import suppress
+from itertools import islice
 
 import numpy as np
 from redis.asyncio import Redis
@@ -32,6 +41,10 @@ logger = logging.getLogger("service")
 KEY_PREFIX = "fractal:emb"
 TOKENS_DTYPE = np.dtype("<i4")
 VECTOR_DTYPE = np.dtype("<f4")
+MAX_PENDING_WRITES = 4096
+"""Entries waiting for the background writer; beyond them new entries are dropped."""
+WRITE_BATCH = 128
+"""Entries per pipeline: a few hundred kilobytes, far within a timeout on a live Redis."""
 
 
 class EmbeddingCache:
@@ -57,17 +70,28 @@ class EmbeddingCache:
         self._client: Redis | None = None
         self._paused_until = 0.0
         self._failing = False
+        self._pending: dict[str, bytes] = {}
+        self._queued = asyncio.Event()
+        self._writer: asyncio.Task | None = None
 
     def connect(self) -> None:
-        """Create the client (on the running event loop; it connects on first use)."""
+        """Create the client (it connects on first use) and start the background writer, on
+        the running event loop."""
         self._client = Redis.from_url(
             self._url,
             socket_timeout=self._timeout_s,
             socket_connect_timeout=self._timeout_s,
             retry=Retry(NoBackoff(), 0),
         )
+        self._writer = asyncio.get_running_loop().create_task(self._write(), name="cache-writer")
 
     async def close(self) -> None:
+        """Stop the writer (entries still queued are dropped) and close the client."""
+        if self._writer is not None:
+            self._writer.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -116,8 +140,9 @@ class EmbeddingCache:
             return found
         assert self._client is not None
         try:
-            values = await self._client.mget([self.key(text) for text in texts])
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(self._timeout_s):
+                values = await self._client.mget([self.key(text) for text in texts])
+        except (RedisError, OSError) as exc:  # OSError: TimeoutError too
             self._failed(CACHE_GET, exc)
             lookups.labels(result=CACHE_ERROR).inc(len(texts))
             return found
@@ -129,16 +154,35 @@ class EmbeddingCache:
         lookups.labels(result=CACHE_MISS).inc(len(texts) - hits)
         return found
 
-    async def put_many(self, texts: Sequence[str], vectors: np.ndarray, tokens: np.ndarray) -> None:
-        """Store full embeddings with the TTL; a Redis failure is counted, never raised."""
-        if not texts or not self._available():
+    def put_many(self, texts: Sequence[str], vectors: np.ndarray, tokens: np.ndarray) -> None:
+        """Queue full embeddings for the background writer (stored with the TTL); never waits.
+        Dropped while the cache is bypassed after a failure, and beyond ``MAX_PENDING_WRITES``."""
+        if not self._available():
             return
+        room = MAX_PENDING_WRITES - len(self._pending)
+        for text, vector, count in islice(zip(texts, vectors, tokens, strict=True), room):
+            self._pending[self.key(text)] = self._encode(vector, int(count))
+        self._queued.set()
+
+    async def _write(self) -> None:
+        """The background writer: store what is queued, ``WRITE_BATCH`` entries per pipeline,
+        one pipeline at a time; a Redis failure is counted, and what is queued then dropped."""
+        while True:
+            await self._queued.wait()
+            self._queued.clear()
+            while self._pending and self._available():
+                keys = list(islice(self._pending, WRITE_BATCH))
+                await self._store({key: self._pending.pop(key) for key in keys})
+            self._pending.clear()
+
+    async def _store(self, entries: dict[str, bytes]) -> None:
         assert self._client is not None
         try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for text, vector, count in zip(texts, vectors, tokens, strict=True):
-                    pipe.set(self.key(text), self._encode(vector, int(count)), ex=self.ttl_s)
-                await pipe.execute()
+            async with asyncio.timeout(self._timeout_s):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key, value in entries.items():
+                        pipe.set(key, value, ex=self.ttl_s)
+                    await pipe.execute()
         except (RedisError, OSError) as exc:
             self._failed(CACHE_SET, exc)
             return

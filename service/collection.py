@@ -31,7 +31,7 @@ import numpy as np
 
 from bundle import Manifest
 from index import Collection
-from index.backend import BackendUnavailable, CollectionMissing, IndexBackend
+from index.backend import BackendUnavailable, CollectionMissing, IndexBackend, StorageFull
 from index.milvus import (
     MilvusCollection,
     MilvusConnection,
@@ -39,6 +39,7 @@ from index.milvus import (
     list_collections,
     stored_record,
 )
+from index.store import is_disk_full
 from service.settings import Settings
 
 BUNDLE_RECORD = "bundle.json"
@@ -177,6 +178,7 @@ class EmbeddedCatalog:
                 pq_codebooks=bundle_pq_codebooks(settings, manifest),
                 layout=_layout(settings, manifest),
                 full_dtype=settings.full_vectors_dtype,
+                store_check=settings.store_check,
             )
         except (OSError, ValueError) as exc:
             raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
@@ -209,20 +211,27 @@ class EmbeddedCatalog:
         return self._open_dir(self._named_settings(name, index_kinds))
 
     def create(self, name: str, index_kinds: tuple[str, ...]) -> Collection:
+        """Its folder, store and record; when any step fails, the folder is removed (nothing
+        of the collection is left) and a full disk is :class:`StorageFull`."""
         folder = self._root / name
         if folder.exists():  # left over from a deletion cut short: it held nothing acked
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        collection: Collection | None = None
         try:
+            folder.mkdir(parents=True)
             collection = self.open(name, index_kinds)
-        except IndexDirError:
+            # The record is written last: a folder without one is not a collection.
+            record = {"name": name, "index_kinds": list(index_kinds)}
+            temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}"
+            temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            temporary.replace(folder / RECORD_FILE)
+        except Exception as exc:
+            if collection is not None:
+                collection.close()
             shutil.rmtree(folder, ignore_errors=True)
+            if is_disk_full(exc):
+                raise StorageFull(folder, exc) from exc
             raise
-        # The record is written last: a folder without one is not a collection.
-        record = {"name": name, "index_kinds": list(index_kinds)}
-        temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}"
-        temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        temporary.replace(folder / RECORD_FILE)
         return collection
 
     def remove(self, name: str) -> None:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 from bundle import Manifest
 from index import CollectionStats
-from index.backend import CollectionMissing, IndexBackend
+from index.backend import CollectionMissing, IndexBackend, StorageFull
 from index.kinds import KINDS
 from service.collection import DEFAULT_NAME, IndexDirError, catalog_for, with_kinds
 from service.errors import Conflict, InvalidRequest, NotFound
@@ -96,12 +96,14 @@ class HostedCollection:
             self._unsnapshotted_writes = False
             try:
                 counter = self.collection.snapshot()
-            except (OSError, RuntimeError):
+            except (OSError, RuntimeError) as exc:  # StorageFull (a full disk) among them
                 self._unsnapshotted_writes = True
-                logger.exception(
-                    "index snapshot of collection %r failed; the store is intact, a restart "
-                    "rebuilds",
+                logger.error(
+                    "index snapshot of collection %r failed (%s); the store is intact, the next "
+                    "snapshot tries again and a restart rebuilds",
                     self.name,
+                    exc,
+                    exc_info=not isinstance(exc, StorageFull),
                 )
                 return
             logger.info("collection %r: index snapshot written at change %d", self.name, counter)
@@ -118,6 +120,23 @@ class HostedCollection:
 
     def stats(self) -> CollectionStats:
         return self.collection.stats()
+
+
+def _log_repairs(name: str, collection: IndexBackend) -> None:
+    """A warning line for each derived file that opening found damaged or stale and rebuilt from
+    the store (an index snapshot whose checksum differs, the full vectors' file); a missing
+    snapshot (a new folder) is no news."""
+    recovery = collection.stats().recovery
+    for index, reason in recovery.get("rebuilt", {}).items():
+        if reason != "no snapshot":
+            logger.warning(
+                "collection %r: index %s rebuilt from the store: %s", name, index, reason
+            )
+    vectors = recovery.get("full_vectors") or {}
+    if vectors.get("action") == "rebuilt" and vectors.get("rows_written"):
+        logger.warning(
+            "collection %r: full vectors' file rebuilt from the store: %s", name, vectors["reason"]
+        )
 
 
 def check_name(name: str, param: str = "name") -> None:
@@ -167,6 +186,7 @@ class CollectionSet:
         ).inc()
 
     def _host(self, name: str, collection: IndexBackend, settings: Settings) -> HostedCollection:
+        _log_repairs(name, collection)
         searcher = Searcher(collection, self._manifest, self._router, settings, self._metrics)
         return HostedCollection(name, collection, searcher, settings.index_kinds)
 

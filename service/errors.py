@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from index.backend import BackendUnavailable
+from index.backend import BackendUnavailable, StorageFull
 from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
@@ -104,6 +104,14 @@ class NotReady(ServiceError):
     kind = "not_ready"
 
 
+class ShuttingDown(NotReady):
+    """SIGTERM was received: requests in flight finish, new ones are refused, and the connection
+    is closed after the answer (a client reconnects, to another replica behind a balancer)."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
+
+
 class StartupError(Exception):
     """The service cannot start; the message is printed as the one line the process ends with."""
 
@@ -135,7 +143,14 @@ _ERROR_DESCRIPTIONS = {
     "backend's server (Milvus) cannot be reached (then with a Retry-After header)",
     504: "deadline exceeded: the texts were still queued for the encoder "
     "FRACTAL_REQUEST_TIMEOUT_MS after the request arrived, and were dropped unencoded",
+    507: "insufficient storage: the disk holding FRACTAL_INDEX_DIR is full; nothing of this "
+    "request was stored (retry once space is freed)",
 }
+
+STORAGE_FULL_MESSAGE = (
+    "the disk holding the index directory (FRACTAL_INDEX_DIR) is full: nothing of this request "
+    "was stored; retry once space is freed"
+)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict]:
@@ -289,8 +304,13 @@ def install_error_handlers(app: FastAPI) -> None:
             request, 503, "backend_unavailable", str(exc), headers={"Retry-After": "1"}
         )
 
+    async def on_storage_full(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("%s %s refused: %s", request.method, request.url.path, exc)
+        return error_response(request, 507, "insufficient_storage", STORAGE_FULL_MESSAGE)
+
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
+    app.add_exception_handler(StorageFull, on_storage_full)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected_error)

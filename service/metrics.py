@@ -28,6 +28,9 @@ LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+CACHE_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0)
+"""Finer around the Redis timeout (``FRACTAL_REDIS_TIMEOUT_MS``, 100 ms by default), so that a
+wait of one timeout tells from one of two."""
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REQUEST_LABELS = ("endpoint", "granularity", "dimension", "index")
 CACHE_HIT, CACHE_MISS, CACHE_ERROR = "hit", "miss", "error"
@@ -118,6 +121,13 @@ class Metrics:
             "fractal_cache_errors",
             "Failed Redis calls of the embedding cache, by operation (get, set).",
             ["operation"],
+            registry=registry,
+        )
+        self.cache_wait_seconds = Histogram(
+            "fractal_cache_wait_seconds",
+            "Time an embedding request waited on the Redis cache (at most the Redis timeout, "
+            "FRACTAL_REDIS_TIMEOUT_MS, when Redis is down or hung).",
+            buckets=CACHE_WAIT_BUCKETS,
             registry=registry,
         )
         for result in (CACHE_HIT, CACHE_MISS, CACHE_ERROR):  # exported from the start, as 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -137,6 +138,7 @@ class Runtime:
         self.metrics = metrics
         self._snapshot_task: asyncio.Task | None = None
         self._stopping = False
+        self._draining = False
 
     @property
     def collection(self) -> IndexBackend:
@@ -153,6 +155,15 @@ class Runtime:
     @property
     def ready(self) -> bool:
         return self.batcher.running and not self._stopping
+
+    @property
+    def draining(self) -> bool:
+        """Whether a SIGTERM was received: requests arriving now are refused
+        (:class:`service.shutdown.DrainGate`); those already in go on."""
+        return self._draining
+
+    def drain(self) -> None:
+        self._draining = True
 
     def start(self) -> None:
         """Start the encoder queue, the cache client and the periodic snapshots (on the running
@@ -198,17 +209,20 @@ class Runtime:
 
     async def embed(self, texts: Sequence[str]) -> Encoded:
         """Full embeddings of ``texts`` (checked by the request models' rules), from the
-        cache or through the queue."""
+        cache or through the queue. The request waits on the cache's lookup alone (at most its
+        timeout); what it encoded is stored in the background."""
         if self.cache is None:
             return await self.batcher.embed(texts)
+        started = time.monotonic()
         cached = await self.cache.get_many(texts)
+        self.metrics.cache_wait_seconds.observe(time.monotonic() - started)
         missing = [position for position, entry in enumerate(cached) if entry is None]
         if not missing:
             self.metrics.encoder_calls_skipped.inc()
         else:
             missing_texts = [texts[position] for position in missing]
             encoded = await self.batcher.embed(missing_texts)
-            await self.cache.put_many(missing_texts, encoded.vectors, encoded.tokens)
+            self.cache.put_many(missing_texts, encoded.vectors, encoded.tokens)
             for row, position in enumerate(missing):
                 cached[position] = (encoded.vectors[row], int(encoded.tokens[row]))
         entries = [entry for entry in cached if entry is not None]

@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     auto_fine_threshold: float = Field(0.5, ge=0, le=1)
     auto_coarse_threshold: float = Field(0.5, ge=0, le=1)
     snapshot_interval_s: float = Field(300.0, ge=0, description="0 = snapshot only at shutdown")
+    store_check: Literal["quick", "full", "off"] = Field(
+        "quick", description="SQLite check of every store at start: quick_check, integrity_check"
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, description="on SIGTERM, how long requests in flight may take to finish"
+    )
 
     redis_url: SecretStr | None = Field(None, description="query embedding cache; unset = none")
     cache_ttl_s: int = Field(86400, ge=1, description="lifetime of a cached embedding")

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,24 +165,21 @@ def start_service(
     ready_timeout_s: float = READY_TIMEOUT_S,
     api_key: str | None = None,
     cpus: str | None = None,
+    wrapper: Sequence[str] = (),
     **settings: object,
 ) -> ServiceProcess:
     """Start ``python -m service`` on a free loopback port with ``settings`` (see
     :func:`service_environment`), its output appended to ``log``, and wait until ``/ready``
     answers 200 (asked with ``api_key`` as a bearer token, when the service requires one).
-    With ``cpus`` (a ``taskset`` CPU list, ``"0"``) it runs on those CPUs only; ``taskset``
-    execs the service, so the process id is the service's."""
+    With ``cpus`` (a ``taskset`` CPU list, ``"0"``) it runs on those CPUs only; ``wrapper`` is a
+    command that runs it (``nsenter …``: in another mount namespace). Both ``exec`` the service,
+    so that the process id is the service's and signals reach it."""
     port = free_port()
     env = service_environment(bundle, index_dir, port, **settings)
     pinned = [] if cpus is None else [find_binary("taskset"), "--cpu-list", cpus]
+    command = [*pinned, *wrapper, sys.executable, "-m", "service"]
     with log.open("ab") as output:
-        process = subprocess.Popen(
-            [*pinned, sys.executable, "-m", "service"],
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=output,
-        )
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=output)
     service = ServiceProcess(process, f"http://127.0.0.1:{port}", log)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     service.wait_ready(ready_timeout_s, headers)

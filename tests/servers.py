@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -64,9 +65,15 @@ def start_milvus(directory: Path) -> MilvusServer:
     return server
 
 
-def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str) -> ServiceProcess:
-    """``python -m service`` with the test settings overridden by ``variables``, ready (asked
-    with the first of the ``api_keys``, if any)."""
+def start_server(
+    bundle_dir: Path,
+    index_dir: Path,
+    log: Path,
+    wrapper: Sequence[str] = (),
+    **variables: str,
+) -> ServiceProcess:
+    """``python -m service`` (run by ``wrapper``, if any) with the test settings overridden by
+    ``variables``, ready (asked with the first of the ``api_keys``, if any)."""
     api_key = variables.get("api_keys", "").split(",")[0].strip() or None
     return start_service(
         bundle_dir,
@@ -74,6 +81,7 @@ def start_server(bundle_dir: Path, index_dir: Path, log: Path, **variables: str)
         log,
         ready_timeout_s=SERVICE_START_TIMEOUT_S,
         api_key=api_key,
+        wrapper=wrapper,
         **(TEST_SETTINGS | variables),
     )
 

@@ -70,7 +70,7 @@ def _out(hosted: HostedCollection) -> CollectionOut:
     )
 
 
-@router.post("/collections", status_code=201, responses=error_responses(409, 422, 503))
+@router.post("/collections", status_code=201, responses=error_responses(409, 422, 503, 507))
 async def create_collection(body: CreateCollectionRequest, runtime: RuntimeDep) -> CollectionOut:
     """Create an empty named collection."""
     kinds = tuple(body.index_kinds) if body.index_kinds is not None else None

@@ -147,7 +147,9 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
 
     stored = _stored(prefix)
 
-    @router.post("/documents", responses={**stored, **error_responses(404, 422, 429, 503, 504)})
+    @router.post(
+        "/documents", responses={**stored, **error_responses(404, 422, 429, 503, 504, 507)}
+    )
     async def add_documents(
         body: AddDocumentsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:
@@ -161,7 +163,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
         )
         return AddDocumentsResponse(ids=ids)
 
-    @router.post("/documents/vectors", responses={**stored, **error_responses(404, 422, 503)})
+    @router.post("/documents/vectors", responses={**stored, **error_responses(404, 422, 503, 507)})
     async def add_vectors(
         body: AddVectorsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:
@@ -192,7 +194,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
         document = await runtime.get_document(doc_id, collection)
         return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
-    @router.delete("/documents/{doc_id:path}", responses=error_responses(404, 422, 503))
+    @router.delete("/documents/{doc_id:path}", responses=error_responses(404, 422, 503, 507))
     async def delete_document(
         doc_id: str, runtime: RuntimeDep, collection: Collection
     ) -> DeleteDocumentResponse:
