@@ -53,6 +53,14 @@ PASSED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL")
 checks are of the repository's defaults."""
 
 
+def _seconds(duration: str) -> float:
+    """A compose duration (``120s``, ``2m0s``, ``1m30s``) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    return sum(
+        float(number) * units[unit] for number, unit in re.findall(r"([\d.]+)([hms])", duration)
+    )
+
+
 def _config(*profiles: str) -> dict:
     """The file as ``docker-compose config`` validates and resolves it (defaults filled in),
     with the repository's ``.env`` and defaults, not the caller's variables."""
@@ -124,6 +132,9 @@ def test_each_deployment_is_valid_and_complete(profiles: tuple[str, ...]) -> Non
         if "build" in service:
             assert (Path(service["build"]["context"]) / service["build"]["dockerfile"]).is_file()
             assert service["environment"]["FRACTAL_REDIS_URL"] == "redis://redis:6379/0"
+            # SIGKILL only after the drain and the snapshot: more than the service's own grace.
+            grace = float(service["environment"]["FRACTAL_SHUTDOWN_GRACE_S"])
+            assert _seconds(service["stop_grace_period"]) >= grace + 60, name
 
 
 def test_default_deployment_is_one_embedded_service() -> None:
