@@ -7,13 +7,13 @@
 
 Starts ``python -m service`` on 127.0.0.1 (:func:`benchmarks.harness.live_load.served_corpus`),
 ingests the corpus through ``POST /documents`` unless ``--index-dir`` already holds it, then
-drives it with ``wrk`` (:func:`benchmarks.harness.wrk.run_wrk`, one thread: a compiled
+drives it with ``wrk`` (:func:`benchmarks.harness.live_load.load_cell`, one thread: a compiled
 generator, so that the client does not take the service's cores) at ``c`` open connections
 (``c`` = 1, 8, 32, 64), each sending its next request as soon as the last one is answered, for
 ``seconds_per_cell`` seconds after ``warmup_seconds`` untimed. Without ``wrk`` (or with
-``--generator python``) the asyncio client of :func:`benchmarks.harness.live_load.run_cell`
-drives it instead: it takes a good part of the two cores, so its figures are lower bounds.
-``--pin yes`` puts the service on one core and wrk on the other.
+``--generator python``) the asyncio client drives it instead: it takes a good part of the two
+cores, so its figures are lower bounds. ``--pin yes`` puts the service on one core and wrk on
+the other.
 
 Workloads, one query text per request, cycling through the held-out queries:
 
@@ -44,49 +44,35 @@ Writes ``http_load[_TAG][_smoke].{json,md,png}`` under ``--out`` (default ``benc
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 from benchmarks.harness.live_load import (
     WORKLOADS,
-    LoadSettings,
-    ServedSettings,
     Workload,
+    WrkSettings,
     concurrency_panels,
     corpus,
     encoder_rate,
+    generator_of,
     label_concurrency_panels,
-    measure_cell,
+    load_cell,
     served_corpus,
-    workload_requests,
 )
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import Progress, option
-from benchmarks.harness.wrk import has_wrk, run_wrk
 from support.client import FractalClient
-from support.metrics import Samples, metric_samples, metric_total
-
-GENERATORS = ("auto", "wrk", "python")
 
 
 @dataclass(frozen=True)
-class Settings(LoadSettings, ServedSettings):
-    """Every parameter of a run: the corpus, the service (:class:`ServedSettings`) and the
-    asyncio client's cells (:class:`LoadSettings`, its fallback), then these; the service's
-    other settings are its defaults."""
+class Settings(WrkSettings):
+    """Every parameter of a run: the corpus, the service and the load cells
+    (:class:`WrkSettings`), then these; the service's other settings are its defaults."""
 
-    generator: str = option(
-        "auto", "wrk, or python (the asyncio client); auto: wrk when it is installed"
-    )
-    warmup_seconds: float = 2.0
-    """Untimed wrk load before each cell."""
-    wrk_threads: int = 1
     recall_queries: int = 500
     c2f_factor: int = 4
     """The service's C2F shortlist factor (``FRACTAL_C2F_FACTOR``)."""
@@ -123,15 +109,6 @@ def results_name(settings: Settings) -> str:
     return "http_load" + (f"_{settings.tag}" if settings.tag else "")
 
 
-def generator_of(settings: Settings) -> str:
-    """The load generator this run uses."""
-    if settings.generator not in GENERATORS:
-        raise SystemExit(f"--generator: one of {', '.join(GENERATORS)}")
-    if settings.generator == "auto":
-        return "wrk" if has_wrk() else "python"
-    return settings.generator
-
-
 # -- measuring ---------------------------------------------------------------------------------
 
 
@@ -162,76 +139,6 @@ def _recall(found: list[set[str]], truth: list[set[str]], k: int) -> float:
     return float(np.mean([len(a & t) / k for a, t in zip(found, truth, strict=True)]))
 
 
-def server_means(before: Samples, after: Samples) -> dict[str, float | None]:
-    """What the service's histograms saw between two reads of ``/metrics``: the mean time of an
-    index search (ms), of an encoder call (ms), and the mean texts per encoder call."""
-
-    def change(name: str) -> float:
-        return metric_total(after, name) - metric_total(before, name)
-
-    def ratio(numerator: float, denominator: float) -> float | None:
-        return numerator / denominator if denominator else None
-
-    searches = change("fractal_search_duration_seconds_count")
-    calls = change("fractal_encode_duration_seconds_count")
-    search_ms = ratio(1e3 * change("fractal_search_duration_seconds_sum"), searches)
-    encode_ms = ratio(1e3 * change("fractal_encode_duration_seconds_sum"), calls)
-    return {
-        "search_ms": search_ms,
-        "encode_call_ms": encode_ms,
-        "texts_per_encode_call": ratio(change("fractal_encode_batch_size_sum"), calls),
-    }
-
-
-def wrk_cell(
-    base_url: str,
-    workload: Workload,
-    queries: Sequence[str],
-    concurrency: int,
-    settings: Settings,
-) -> dict:
-    """One cell driven by wrk: ``warmup_seconds`` untimed, then ``seconds_per_cell``."""
-    requests = workload_requests(workload, queries, settings.k)
-    load = {"threads": settings.wrk_threads, "cpus": settings.generator_cpus}
-    run_wrk(base_url, requests, concurrency, settings.warmup_seconds, **load)
-    result = run_wrk(base_url, requests, concurrency, settings.seconds_per_cell, **load)
-    failed = sum(result.errors.values())
-    return {
-        "requests": result.requests,
-        "ok": result.requests - result.errors["status"],
-        "failed": failed,
-        "errors": result.errors,
-        "seconds": result.seconds,
-        "qps": result.ok_qps,
-        "p50_ms": result.p50_ms,
-        "p90_ms": result.p90_ms,
-        "p99_ms": result.p99_ms,
-        "client_cpu_percent": result.client_cpu_percent,
-    }
-
-
-def python_cell(
-    base_url: str,
-    workload: Workload,
-    queries: Sequence[str],
-    concurrency: int,
-    offset: int,
-    settings: Settings,
-) -> dict:
-    """One cell driven by the asyncio client (:func:`measure_cell`)."""
-
-    async def measured() -> dict:
-        limits = httpx.Limits(max_connections=concurrency)
-        async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
-            return await measure_cell(client, workload, queries, concurrency, offset, settings)
-
-    row = asyncio.run(measured())
-    keys = ("requests", "ok", "failed", "outcomes", "seconds", "qps", "p50_ms", "p90_ms")
-    return {key: row[key] for key in (*keys, "p99_ms")} | {
-        "client_cpu_percent": 100.0 * row["client_cpu_share"]
-    }
-
-
 def load(
     base_url: str,
     queries: Sequence[str],
@@ -241,23 +148,17 @@ def load(
 ) -> list[dict]:
     """Every workload at every concurrency; the workloads of one concurrency run back to back."""
     rows: list[dict] = []
-    with httpx.Client(base_url=base_url, timeout=60) as metrics:
-        for concurrency in settings.concurrency:
-            for workload in WORKLOADS:
-                before = metric_samples(metrics)
-                if generator == "wrk":
-                    cell = wrk_cell(base_url, workload, queries, concurrency, settings)
-                else:
-                    offset = len(rows) * settings.requests_per_cell
-                    cell = python_cell(base_url, workload, queries, concurrency, offset, settings)
-                row = {"workload": workload.name, "concurrency": concurrency, **cell}
-                row["server"] = server_means(before, metric_samples(metrics))
-                rows.append(row)
-                progress(
-                    f"{workload.name:>6} c={concurrency:<3} {row['qps']:7.1f} QPS  "
-                    f"p50 {_f(row['p50_ms'])}  p99 {_f(row['p99_ms'])} ms  "
-                    f"failed {row['failed']}  {generator} CPU {row['client_cpu_percent']:.0f}%"
-                )
+    for concurrency in settings.concurrency:
+        for workload in WORKLOADS:
+            offset = len(rows) * settings.requests_per_cell
+            cell = load_cell(base_url, workload, queries, concurrency, offset, settings, generator)
+            row = {"workload": workload.name, "concurrency": concurrency, **cell}
+            rows.append(row)
+            progress(
+                f"{workload.name:>6} c={concurrency:<3} {row['qps']:7.1f} QPS  "
+                f"p50 {_f(row['p50_ms'])}  p99 {_f(row['p99_ms'])} ms  "
+                f"failed {row['failed']}  {generator} CPU {row['client_cpu_percent']:.0f}%"
+            )
     return rows
 
 

@@ -1,27 +1,46 @@
-"""Service settings side by side through the live service: encoder precision, ONNX Runtime
-thread spinning and the micro-batch wait, measured on coarse ``/search`` at several concurrencies.
+"""Service settings side by side through the live service: encoder precision, threads and
+spinning, the micro-batch wait, uvicorn's HTTP parser and event loop, and the admission limit,
+measured on coarse ``/search`` at several concurrencies.
 
-    python -m benchmarks service_settings                      # about 15 minutes
-    python -m benchmarks service_settings --smoke --out DIR    # well under a minute
+    python -m benchmarks service_settings                      # about 11 minutes
+    python -m benchmarks service_settings --int8-bundle runs/clinc150-int8/bundle \
+        --index-dir runs/service-settings                      # indexes kept, reused next time
+    python -m benchmarks service_settings --smoke --out DIR    # under a minute
 
-Variants, each a ``python -m service`` process (:func:`support.processes.live_service`) with the
-settings named, all others at their defaults:
+Variants, each a ``python -m service`` process (:func:`benchmarks.harness.live_load.
+served_corpus`) with the settings named, all others at their defaults:
 
 - ``fp32``: the fp32 bundle, every setting at its default (the baseline of the ratios);
 - ``fp32, spin``: ``FRACTAL_ENCODER_SPIN=true``, ONNX Runtime's own default (idle intra-op
   threads spin-wait);
 - ``fp32, wait 5 ms``: ``FRACTAL_MAX_WAIT_MS=5``, an idle encoder waits up to 5 ms for its batch
   to fill (the default, 0, encodes at once what is waiting);
+- ``fp32, h11 + asyncio``: ``FRACTAL_HTTP=h11``, ``FRACTAL_LOOP=asyncio``, what uvicorn runs
+  without its optional ``httptools`` and ``uvloop`` (the defaults, ``auto``, pick those when
+  they are installed);
+- ``fp32, 1 encoder thread``: ``FRACTAL_ENCODER_THREADS=1`` (the default: one per core), which
+  leaves a core to HTTP and search;
+- ``fp32, limit concurrency 64``: ``FRACTAL_LIMIT_CONCURRENCY=64``; these concurrencies stay
+  below it, so it shows what the admission check itself costs;
 - ``int8``: the same bundle with a dynamic int8 encoder (``fractal quantize``; made here from
   the fp32 bundle unless ``--int8-bundle`` is given);
 - ``int8, spin``: the int8 bundle with ``FRACTAL_ENCODER_SPIN=true``.
 
+Several uvicorn workers are not a variant: the runtime (model and index) is loaded before
+uvicorn starts, one process per replica, so the service scales with replicas.
+
 Each bundle's corpus (:func:`benchmarks.harness.live_load.corpus`) is ingested once into its own
-index folder. Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder
-and runs every concurrency (:func:`benchmarks.harness.live_load.run_cell`), so that a drift in
-the shared machine's speed hits every variant alike. A variant's QPS at a concurrency is its
-answered requests over its seconds, summed over the rounds; p50 and p99 are the medians of the
-rounds' percentiles. Loopback only; the client shares the 2 cores with the service.
+index folder (temporary, or kept under ``--index-dir`` with the int8 bundle made here and reused
+next time). Then each of ``rounds`` rounds starts every variant in turn on its bundle's folder
+and runs every concurrency, so that a drift in the shared machine's speed hits every variant
+alike. A cell's load comes from ``wrk`` (:func:`benchmarks.harness.live_load.load_cell`: one
+thread, ``warmup_seconds`` untimed, then ``seconds_per_cell``), or from the asyncio client
+when ``wrk`` is not installed (its figures are lower bounds: it takes a good part of the two
+cores); ``--pin yes`` puts the service on one core and the generator on the other. Where the
+time went is the service's own histograms over the cell (``/metrics`` read before and after).
+A variant's QPS at a concurrency is its answered requests over its seconds, summed over the
+rounds; latencies, the service's means and the generator's CPU are the medians of the rounds'.
+Loopback only.
 
 Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 ``benchmarks/results``).
@@ -29,28 +48,29 @@ Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 from benchmarks.harness.live_load import (
     WORKLOADS,
-    LoadSettings,
+    WrkSettings,
     concurrency_panels,
     corpus,
-    ingest,
+    generator_of,
     label_concurrency_panels,
-    measure_cell,
+    load_cell,
+    served_corpus,
 )
 from benchmarks.harness.markdown import bullet_list, bullet_sections, markdown_table
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
 from support.client import FractalClient
-from support.processes import live_service
+from support.processes import ServiceProcess
 
 FP32, INT8 = "fp32", "int8"
 WORKLOAD = next(w for w in WORKLOADS if w.name == "coarse")
@@ -69,6 +89,9 @@ VARIANTS = (
     Variant("fp32", FP32),
     Variant("fp32, spin", FP32, (("encoder_spin", "true"),)),
     Variant("fp32, wait 5 ms", FP32, (("max_wait_ms", "5"),)),
+    Variant("fp32, h11 + asyncio", FP32, (("http", "h11"), ("loop", "asyncio"))),
+    Variant("fp32, 1 encoder thread", FP32, (("encoder_threads", "1"),)),
+    Variant("fp32, limit concurrency 64", FP32, (("limit_concurrency", "64"),)),
     Variant("int8", INT8),
     Variant("int8, spin", INT8, (("encoder_spin", "true"),)),
 )
@@ -76,9 +99,10 @@ BASELINE = "fp32"
 
 
 @dataclass(frozen=True)
-class Settings(LoadSettings):
-    """Every parameter of a run: the corpus and load cells (:class:`LoadSettings`, with fewer
-    documents, concurrencies and requests), then the rounds and the int8 bundle."""
+class Settings(WrkSettings):
+    """Every parameter of a run: the corpus, the service and the load cells
+    (:class:`WrkSettings`, with fewer documents, concurrencies and seconds; ``--service``
+    settings apply to every variant, under its own), then the rounds and the int8 bundle."""
 
     rounds: int = 2
     """Every variant runs every concurrency once per round."""
@@ -87,35 +111,42 @@ class Settings(LoadSettings):
     documents: int = 20_000
     concurrency: tuple[int, ...] = (1, 8, 32)
     requests_per_cell: int = 600
-    seconds_per_cell: float = 12.0
+    seconds_per_cell: float = option(8.0, "time of a cell, after warmup_seconds untimed")
     warmup_requests: int = 24
     bundle: Path = option(DEFAULT_BUNDLE, "the fp32 bundle", parse=bundle_folder)
     int8_bundle: Path | None = option(
         None, "its int8 twin (default: made here, `fractal quantize`'s recipe)", parse=bundle_folder
     )
+    index_dir: Path | None = option(
+        None,
+        "keep each bundle's index (and the int8 bundle made here) in this folder and reuse "
+        "them next time (default: a temporary one)",
+    )
 
 
 SMOKE = Settings(
-    documents=300, queries=40, concurrency=(1, 4), requests_per_cell=12, seconds_per_cell=5.0,
-    warmup_requests=2, rounds=1, check_texts=20,
+    documents=300,
+    queries=40,
+    concurrency=(1, 4),
+    requests_per_cell=12,
+    seconds_per_cell=1.0,
+    warmup_seconds=1.0,
+    warmup_requests=2,
+    rounds=1,
+    check_texts=20,
 )
 
 
-def int8_bundle(fp32: Path, work: Path, texts: list[str]) -> Path:
-    """The int8 twin of ``fp32`` under ``work`` (``fractal quantize``'s recipe)."""
+def int8_bundle(fp32: Path, target: Path, texts: list[str]) -> None:
+    """Write the int8 twin of ``fp32`` to ``target`` (``fractal quantize``'s recipe)."""
     from training.quantize import quantize_bundle
 
-    target = work / "bundle-int8"
     quantize_bundle(fp32, target, texts)
-    return target
 
 
-async def _cells(base_url: str, queries: list[str], settings: Settings, offset: int) -> list:
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
-        return [
-            await measure_cell(client, WORKLOAD, queries, concurrency, offset, settings)
-            for concurrency in settings.concurrency
-        ]
+def _median(values: Iterable[float | None]) -> float:
+    """The median, a missing value read as NaN."""
+    return float(np.median([np.nan if value is None else value for value in values]))
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -124,7 +155,6 @@ def summarise(rows: list[dict]) -> list[dict]:
     keys = dict.fromkeys((row["variant"], row["concurrency"]) for row in rows)
     for variant, concurrency in keys:
         cells = [r for r in rows if (r["variant"], r["concurrency"]) == (variant, concurrency)]
-        stages = [cell.get("server_median_ms", {}) for cell in cells]
         summary.append(
             {
                 "variant": variant,
@@ -132,10 +162,14 @@ def summarise(rows: list[dict]) -> list[dict]:
                 "requests": sum(cell["requests"] for cell in cells),
                 "failed": sum(cell["failed"] for cell in cells),
                 "qps": sum(cell["ok"] for cell in cells) / sum(cell["seconds"] for cell in cells),
-                "p50_ms": float(np.median([cell["p50_ms"] for cell in cells])),
-                "p99_ms": float(np.median([cell["p99_ms"] for cell in cells])),
-                "encode_ms": float(np.median([s.get("encode", np.nan) for s in stages])),
-                "search_ms": float(np.median([s.get("search", np.nan) for s in stages])),
+                **{
+                    key: _median(cell[key] for cell in cells)
+                    for key in ("p50_ms", "p99_ms", "client_cpu_percent")
+                },
+                **{
+                    key: _median(cell["server"][key] for cell in cells)
+                    for key in ("encode_call_ms", "texts_per_encode_call", "search_ms")
+                },
             }
         )
     baseline = {row["concurrency"]: row for row in summary if row["variant"] == BASELINE}
@@ -149,18 +183,49 @@ def summarise(rows: list[dict]) -> list[dict]:
 def markdown(report: dict) -> str:
     table = markdown_table(
         [
-            "variant", "concurrency", "requests", "failed", "QPS", f"QPS / {BASELINE}",
-            "p50 ms", f"p50 / {BASELINE}", "p99 ms", "encode ms", "search ms",
+            "variant",
+            "concurrency",
+            "requests",
+            "failed",
+            "QPS",
+            f"QPS / {BASELINE}",
+            "p50 ms",
+            f"p50 / {BASELINE}",
+            "p99 ms",
+            "encode ms",
+            "texts / call",
+            "search ms",
+            "client CPU %",
         ],
         [
             [
-                row["variant"], row["concurrency"], row["requests"], row["failed"],
-                f"{row['qps']:.1f}", f"{row['qps_vs_baseline']:.2f}", f"{row['p50_ms']:.1f}",
-                f"{row['p50_vs_baseline']:.2f}", f"{row['p99_ms']:.1f}",
-                f"{row['encode_ms']:.2f}", f"{row['search_ms']:.3f}",
+                row["variant"],
+                row["concurrency"],
+                row["requests"],
+                row["failed"],
+                f"{row['qps']:.1f}",
+                f"{row['qps_vs_baseline']:.2f}",
+                f"{row['p50_ms']:.1f}",
+                f"{row['p50_vs_baseline']:.2f}",
+                f"{row['p99_ms']:.1f}",
+                f"{row['encode_call_ms']:.2f}",
+                f"{row['texts_per_encode_call']:.1f}",
+                f"{row['search_ms']:.3f}",
+                f"{row['client_cpu_percent']:.0f}",
             ]
             for row in report["summary"]
         ],
+    )
+    generator = report["generator"]
+    load = (
+        "`wrk` (one thread, a compiled generator)"
+        if generator == "wrk"
+        else "the asyncio client (it takes a good part of the service's cores: lower bounds)"
+    )
+    placement = (
+        "the service on one core, the generator on the other"
+        if report["settings"]["pin"]
+        else "the generator shares the machine's cores with the service"
     )
     quantization = report["bundles"][INT8]["quantization"]
     return "\n".join(
@@ -168,9 +233,11 @@ def markdown(report: dict) -> str:
             "# Service settings side by side",
             "",
             f"Command: `{report['command']}`. Coarse `/search` (64-d HNSW, k 10) through the live "
-            "service on loopback; the client shares the machine's cores. `encode ms` and "
-            "`search ms` are the service's own medians (`timings_ms`; encode includes the "
-            "micro-batch wait).",
+            f"service on loopback, load from {load}; {placement}. `encode ms` (per encoder call: "
+            "tokenise + ONNX, without the micro-batch wait), `texts / call` and `search ms` are "
+            "the service's own means over the cell (its histograms, `/metrics` read before and "
+            "after); `client CPU %` is the generator's CPU time over the cell's wall time "
+            "(100 = one of the cores).",
             "",
             "## Results",
             "",
@@ -183,8 +250,12 @@ def markdown(report: dict) -> str:
             "",
             "## Variants",
             "",
-            bullet_list({v["name"]: f"{v['bundle']} bundle, {dict(v['settings'])}"
-                         for v in report["variants"]}),
+            bullet_list(
+                {
+                    v["name"]: f"{v['bundle']} bundle, {dict(v['settings'])}"
+                    for v in report["variants"]
+                }
+            ),
             "",
             *bullet_sections(
                 {key.title(): report[key] for key in ("corpus", "settings", "machine")}
@@ -202,7 +273,9 @@ def plot(report: dict, path: Path) -> None:
         left.plot(x, [row["qps"] for row in rows], style, marker="o", label=variant.name)
         right.plot(x, [row["p50_ms"] for row in rows], style, marker="o", label=variant.name)
     label_concurrency_panels(left, right, "p50 latency (ms)")
-    left.set_title(f"Coarse search, {report['corpus']['documents']:,} documents")
+    left.set_title(
+        f"Coarse search ({report['generator']}), {report['corpus']['documents']:,} documents"
+    )
     right.set_yscale("log")
     right.set_title("Median latency")
     figure.tight_layout()
@@ -210,14 +283,17 @@ def plot(report: dict, path: Path) -> None:
 
 
 def run(settings: Settings, progress: Progress) -> dict:
+    generator = generator_of(settings)
     texts, sources, queries, description = corpus(settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
-        int8 = settings.int8_bundle
-        if int8 is None:
+        kept = settings.index_dir or work
+        kept.mkdir(parents=True, exist_ok=True)
+        int8 = settings.int8_bundle or kept / "bundle-int8"
+        if not (int8 / "manifest.json").is_file():
             progress("quantising the encoder")
-            int8 = int8_bundle(settings.bundle, work, queries[: settings.check_texts])
+            int8_bundle(settings.bundle, int8, queries[: settings.check_texts])
         bundles = {FP32: settings.bundle, INT8: int8}
         described = {
             name: {
@@ -226,29 +302,54 @@ def run(settings: Settings, progress: Progress) -> dict:
             }
             for name, path in bundles.items()
         }
-        log = work / "service.log"
-        for name, path in bundles.items():
-            progress(f"ingesting {len(texts):,} documents with the {name} bundle")
-            with live_service(path, work / f"index-{name}", log, snapshot_interval_s=0) as url:
-                ingest(
-                    url, texts, sources, settings.ingest_batch, settings.ingest_clients,
-                    progress.enabled,
-                )
+
+        def serve(variant: Variant) -> AbstractContextManager[ServiceProcess]:
+            """``variant``'s service on its bundle's index folder under ``kept`` (the corpus
+            ingested when the folder is empty), its settings over ``--service``'s."""
+            served = replace(
+                settings,
+                bundle=bundles[variant.bundle],
+                index_dir=kept / f"index-{variant.bundle}",
+                service=settings.service + variant.settings,
+            )
+            return served_corpus(served, texts, sources, work, progress, snapshot_interval_s=0)
+
+        for name in bundles:
+            progress(f"the {name} bundle's index")
+            with serve(Variant(name, name)):
+                pass
         infos = {}
         for round_number in range(settings.rounds):
             for position, variant in enumerate(VARIANTS):
-                progress(f"round {round_number + 1}: {variant.name}")
                 offset = (round_number * len(VARIANTS) + position) * settings.requests_per_cell
-                with live_service(
-                    bundles[variant.bundle], work / f"index-{variant.bundle}", log,
-                    snapshot_interval_s=0, **dict(variant.settings),
-                ) as url:
-                    with FractalClient(url, timeout_s=60) as client:
+                with serve(variant) as process:
+                    with FractalClient(process.base_url, timeout_s=60) as client:
                         infos[variant.name] = client.info()
-                    for row in asyncio.run(_cells(url, queries, settings, offset)):
-                        rows.append({"variant": variant.name, "round": round_number, **row})
+                    for concurrency in settings.concurrency:
+                        cell = load_cell(
+                            process.base_url,
+                            WORKLOAD,
+                            queries,
+                            concurrency,
+                            offset,
+                            settings,
+                            generator,
+                        )
+                        rows.append(
+                            {
+                                "variant": variant.name,
+                                "round": round_number,
+                                "concurrency": concurrency,
+                                **cell,
+                            }
+                        )
+                        progress(
+                            f"round {round_number + 1}: {variant.name:<26} c={concurrency:<3} "
+                            f"{cell['qps']:7.1f} QPS  failed {cell['failed']}"
+                        )
     return {
         "corpus": description,
+        "generator": generator,
         "settings": asdict(settings),
         "bundles": described,
         "variants": [

@@ -1,17 +1,21 @@
 """Load on the live service: its corpus, its ingest, the service serving it, its requests as a
-load generator sends them, the encoder's own rate, and one load cell of the asyncio client.
+load generator sends them, the encoder's own rate, and one load cell (:func:`load_cell`) with
+what the service's own histograms saw over it.
 
 Corpus: every distinct sentence of the data folder (:func:`benchmarks.harness.search_data.
 real_sentences`) except the query texts, topped up to ``documents`` with *composed* documents,
 each two distinct random sentences of the corpus joined by a space (seeded; all texts distinct).
 Queries: CLINC-150 in-scope test utterances, held out of the corpus.
 
-A cell of the asyncio client keeps ``concurrency`` requests of one workload in flight, each
-worker sending its next request as soon as the last one is answered, until ``requests`` are sent
-or ``seconds`` pass, whichever comes first. It runs on the service's cores and takes a good part
-of them: the HTTP benchmarks drive the service with ``wrk`` and ``hey``
-(:mod:`benchmarks.harness.wrk`, :mod:`benchmarks.harness.hey`) and keep this client for when
-``wrk`` is not installed.
+A cell keeps ``concurrency`` requests of one workload in flight, each connection sending its
+next request as soon as the last one is answered. Its load comes from ``wrk``
+(:func:`wrk_cell`: a compiled generator, one thread, so that the client does not take the
+service's cores): ``warmup_seconds`` untimed, then ``seconds_per_cell``. Without ``wrk`` (or
+with ``--generator python``) the asyncio client drives it (:func:`python_cell`): each worker
+sends until ``requests`` are sent or ``seconds`` pass, whichever comes first; it runs on the
+service's cores and takes a good part of them, so its figures are lower bounds. Where the time
+went comes from the service's own histograms, ``/metrics`` read before and after the cell
+(:func:`server_means`), so that neither generator has to read the answers.
 """
 
 from __future__ import annotations
@@ -43,16 +47,18 @@ from benchmarks.harness.runner import (
     yes_no,
 )
 from benchmarks.harness.search_data import real_sentences
-from benchmarks.harness.wrk import HttpRequest
+from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
 from support.client import FractalClient
+from support.metrics import Samples, metric_samples, metric_total
 from support.processes import ServiceProcess, start_service
 from training.data.registry import data_dir
 
 MS = 1000.0
 SERVICE_CPUS, GENERATOR_CPUS = "0", "1"
 """With ``--pin yes``: the service's CPU and the load generators' CPU (``taskset`` lists)."""
+GENERATORS = ("auto", "wrk", "python")
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,20 @@ class ServedSettings(CorpusSettings):
     def generator_cpus(self) -> str | None:
         """The CPUs the load generators run on (None: any)."""
         return GENERATOR_CPUS if self.pin else None
+
+
+@dataclass(frozen=True)
+class WrkSettings(LoadSettings, ServedSettings):
+    """The cells of :func:`load_cell` on a served corpus (:class:`ServedSettings`: ``pin`` puts
+    wrk on its own core): wrk's, with the asyncio client's (:class:`LoadSettings`) as the
+    fallback; ``seconds_per_cell`` bounds both."""
+
+    generator: str = option(
+        "auto", "wrk, or python (the asyncio client); auto: wrk when it is installed"
+    )
+    warmup_seconds: float = 2.0
+    """Untimed wrk load before each cell."""
+    wrk_threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -295,13 +315,11 @@ async def run_cell(
     k: int,
 ) -> dict:
     """Keep ``concurrency`` requests in flight until ``requests`` are sent or ``seconds`` pass;
-    the cell's counts, QPS, client CPU share, latency percentiles and, for searches, the
-    service's median stage timings."""
+    the cell's counts, QPS, client CPU share and latency percentiles."""
     loop = asyncio.get_running_loop()
     counter = itertools.count()
     latencies: list[float] = []
     outcomes: Counter[str] = Counter()
-    server: list[dict] = []
     started = loop.time()
     deadline = started + seconds
 
@@ -319,8 +337,6 @@ async def run_cell(
             outcomes[str(response.status_code)] += 1
             if response.status_code == 200:
                 latencies.append(loop.time() - sent)
-                if workload.is_search:
-                    server.append(response.json()["timings_ms"])
 
     cpu = time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -339,11 +355,6 @@ async def run_cell(
     }
     for name, q in (("p50_ms", 50), ("p90_ms", 90), ("p95_ms", 95), ("p99_ms", 99)):
         row[name] = float(np.percentile(ms, q)) if len(ms) else None
-    if server:
-        row["server_median_ms"] = {
-            stage: float(np.median([timings[stage] for timings in server]))
-            for stage in ("encode", "search", "rerank", "fetch")
-        }
     return row
 
 
@@ -362,6 +373,106 @@ async def measure_cell(
     return await run_cell(
         *cell, settings.requests_per_cell, settings.seconds_per_cell, offset, settings.k
     )
+
+
+def generator_of(settings: WrkSettings) -> str:
+    """The load generator a run uses: ``wrk`` or ``python``."""
+    if settings.generator not in GENERATORS:
+        raise SystemExit(f"--generator: one of {', '.join(GENERATORS)}")
+    if settings.generator == "auto":
+        return "wrk" if has_wrk() else "python"
+    return settings.generator
+
+
+def server_means(before: Samples, after: Samples) -> dict[str, float | None]:
+    """What the service's histograms saw between two reads of ``/metrics``: the mean time of an
+    index search (ms), of an encoder call (ms), and the mean texts per encoder call."""
+
+    def change(name: str) -> float:
+        return metric_total(after, name) - metric_total(before, name)
+
+    def ratio(numerator: float, denominator: float) -> float | None:
+        return numerator / denominator if denominator else None
+
+    searches = change("fractal_search_duration_seconds_count")
+    calls = change("fractal_encode_duration_seconds_count")
+    search_ms = ratio(MS * change("fractal_search_duration_seconds_sum"), searches)
+    encode_ms = ratio(MS * change("fractal_encode_duration_seconds_sum"), calls)
+    return {
+        "search_ms": search_ms,
+        "encode_call_ms": encode_ms,
+        "texts_per_encode_call": ratio(change("fractal_encode_batch_size_sum"), calls),
+    }
+
+
+def wrk_cell(
+    base_url: str,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    settings: WrkSettings,
+) -> dict:
+    """One cell driven by wrk: ``warmup_seconds`` untimed, then ``seconds_per_cell``."""
+    requests = workload_requests(workload, queries, settings.k)
+    load = {"threads": settings.wrk_threads, "cpus": settings.generator_cpus}
+    run_wrk(base_url, requests, concurrency, settings.warmup_seconds, **load)
+    result = run_wrk(base_url, requests, concurrency, settings.seconds_per_cell, **load)
+    failed = sum(result.errors.values())
+    return {
+        "requests": result.requests,
+        "ok": result.requests - result.errors["status"],
+        "failed": failed,
+        "errors": result.errors,
+        "seconds": result.seconds,
+        "qps": result.ok_qps,
+        "p50_ms": result.p50_ms,
+        "p90_ms": result.p90_ms,
+        "p99_ms": result.p99_ms,
+        "client_cpu_percent": result.client_cpu_percent,
+    }
+
+
+def python_cell(
+    base_url: str,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    offset: int,
+    settings: LoadSettings,
+) -> dict:
+    """One cell driven by the asyncio client (:func:`measure_cell`), its queries from
+    ``offset`` on."""
+
+    async def measured() -> dict:
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+            return await measure_cell(client, workload, queries, concurrency, offset, settings)
+
+    row = asyncio.run(measured())
+    keys = ("requests", "ok", "failed", "outcomes", "seconds", "qps", "p50_ms", "p90_ms")
+    return {key: row[key] for key in (*keys, "p99_ms")} | {
+        "client_cpu_percent": 100.0 * row["client_cpu_share"]
+    }
+
+
+def load_cell(
+    base_url: str,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    offset: int,
+    settings: WrkSettings,
+    generator: str,
+) -> dict:
+    """One cell from ``generator`` (:func:`wrk_cell`, or :func:`python_cell` from ``offset``),
+    with the service's own means over it (``server``: :func:`server_means`)."""
+    with httpx.Client(base_url=base_url, timeout=60) as metrics:
+        before = metric_samples(metrics)
+        if generator == "wrk":
+            cell = wrk_cell(base_url, workload, queries, concurrency, settings)
+        else:
+            cell = python_cell(base_url, workload, queries, concurrency, offset, settings)
+        return cell | {"server": server_means(before, metric_samples(metrics))}
 
 
 def concurrency_panels() -> tuple[Figure, Axes, Axes]:
