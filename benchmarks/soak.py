@@ -17,9 +17,10 @@ one batch a second; a refusal is an error, not retried).
 
 Per minute: answers by status, requests without an answer, ingest errors, p50 and p99 of every
 answered request and of each workload, and the service's resident memory (``VmRSS``) at the
-minute's end. Snapshot durations are not measured: the service exports no snapshot metric and
-logs a snapshot (at ``info`` level, which also turns on uvicorn's access log) without its
-duration.
+minute's end; the documents stored and the periodic snapshots written in the minute, how many
+and their seconds in all (the service's ``fractal_documents`` and
+``fractal_snapshot_duration_seconds``). The index grows by ``ingest_rate`` documents a second,
+so memory grows with it: the report gives the bytes per document added beside the RSS target.
 
 Writes ``soak[_TAG][_smoke].{json,md,png}`` under ``--out`` (default ``benchmarks/results``).
 """
@@ -50,6 +51,7 @@ from benchmarks.harness.markdown import bullet_list, markdown_table, targets_tab
 from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.wrk import run_wrk
+from support.metrics import Samples, metric, metric_samples, metric_total
 
 MIB = 2**20
 MIX = {"coarse": 0.4, "fine": 0.2, "c2f": 0.2, "embed": 0.2}
@@ -188,6 +190,8 @@ def soak(
     """Every minute of the soak: one hey per workload at its share of ``rate``."""
     workloads = {workload.name: workload for workload in WORKLOADS}
     rows = []
+    scraper = httpx.Client(base_url=base_url, timeout=30)
+    before = metric_samples(scraper)
     for minute in range(settings.minutes):
         ingest.minute = minute
         query = queries[minute % len(queries)]
@@ -206,13 +210,28 @@ def soak(
         latencies = {name: run.rows.latency_s for name, run in runs.items() if run.rows}
         row = minute_row(minute, results, latencies)
         row["rss_bytes"] = status_bytes(pid)
+        after = metric_samples(scraper)
+        row.update(snapshot_row(before, after))
+        before = after
         rows.append(row)
         progress(
             f"minute {minute + 1}/{settings.minutes}: {row['requests']} requests, "
             f"{row['errors']} errors, p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, "
             f"RSS {row['rss_bytes'] / MIB:,.0f} MiB"
         )
+    scraper.close()
     return rows
+
+
+def snapshot_row(before: Samples, after: Samples) -> dict:
+    """Documents stored at the minute's end, and the periodic snapshots written during it
+    (the service's ``fractal_snapshot_duration_seconds``): how many, and their seconds in all."""
+    name = "fractal_snapshot_duration_seconds"
+    return {
+        "documents": int(metric_total(after, "fractal_documents")),
+        "snapshots": int(metric(after, f"{name}_count") - metric(before, f"{name}_count")),
+        "snapshot_seconds": metric(after, f"{name}_sum") - metric(before, f"{name}_sum"),
+    }
 
 
 def targets(rows: list[dict], ingest_errors: int, settings: Settings) -> list[dict]:
@@ -230,7 +249,7 @@ def targets(rows: list[dict], ingest_errors: int, settings: Settings) -> list[di
         {
             "target": "RSS growth from the first minute to the last < "
             f"{settings.target_rss_growth:.0%}",
-            "reached": f"{growth:.1%}",
+            "reached": f"{growth:.1%} ({_per_document(first, last)})",
             "met": growth < settings.target_rss_growth,
         },
         {
@@ -239,6 +258,15 @@ def targets(rows: list[dict], ingest_errors: int, settings: Settings) -> list[di
             "met": drift <= settings.target_p99_drift,
         },
     ]
+
+
+def _per_document(first: dict, last: dict) -> str:
+    """RSS added per document stored between the first minute's end and the last's."""
+    added = last["documents"] - first["documents"]
+    if added <= 0:
+        return "no documents added"
+    grown = last["rss_bytes"] - first["rss_bytes"]
+    return f"{grown / added:,.0f} bytes per document added, {added:,} added"
 
 
 def _ms(value: float | None) -> str:
@@ -257,6 +285,9 @@ def markdown(report: dict) -> str:
             _ms(row["p50_ms"]),
             _ms(row["p99_ms"]),
             *(_ms(row["workloads"][name]["p99_ms"]) for name in MIX),
+            f"{row['documents']:,}",
+            row["snapshots"],
+            f"{row['snapshot_seconds']:.2f}",
             f"{row['rss_bytes'] / MIB:,.0f}",
         ]
         for row in report["minutes"]
@@ -272,14 +303,14 @@ def markdown(report: dict) -> str:
             f"({report['mix_capacity']:.1f}/s) offered, i.e. {report['rate']:.1f} requests/s, "
             f'with {settings["ingest_rate"]:g} documents/s ingested; one "minute" is '
             f"{settings['minute_seconds']:g} s. Service settings beyond its defaults: "
-            f"`{report['service']}`. Snapshot durations: not measured (no metric; see the "
-            "module's docstring).",
+            f"`{report['service']}`.",
             "## Targets\n\n" + targets_table(report["targets"]),
             "## Capacity (closed loop, wrk) and mix\n\n"
             + markdown_table(["workload", "capacity /s", "share of the soak"], capacity),
             "## Minute by minute\n\nErrors: answers other than 2xx and requests without an "
             "answer; latency of answered requests (hey's); RSS: the service's `VmRSS` at the "
-            "minute's end.\n\n"
+            "minute's end; documents stored at the minute's end and the periodic snapshots written "
+            "during it (how many, their seconds in all), from the service's `/metrics`.\n\n"
             + markdown_table(
                 [
                     "minute",
@@ -290,6 +321,9 @@ def markdown(report: dict) -> str:
                     "p50 ms",
                     "p99 ms",
                     *(f"{name} p99 ms" for name in MIX),
+                    "documents stored",
+                    "snapshots",
+                    "snapshot s",
                     "RSS MiB",
                 ],
                 minutes,

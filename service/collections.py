@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -84,16 +85,18 @@ class HostedCollection:
     def mark_written(self) -> None:
         self._unsnapshotted_writes = True
 
-    def snapshot_if_changed(self) -> None:
-        """Write an index snapshot if the collection changed since the last one.
+    def snapshot_if_changed(self) -> float | None:
+        """Write an index snapshot if the collection changed since the last one; the seconds
+        it took, or None when none was written.
 
         Serialised by a lock, so the snapshot at shutdown waits for a periodic one still
         running, and the store is closed only after both.
         """
         with self._snapshot_lock:
             if not self._unsnapshotted_writes or self._closed:
-                return
+                return None
             self._unsnapshotted_writes = False
+            started = time.perf_counter()
             try:
                 counter = self.collection.snapshot()
             except (OSError, RuntimeError) as exc:  # StorageFull (a full disk) among them
@@ -105,8 +108,15 @@ class HostedCollection:
                     exc,
                     exc_info=not isinstance(exc, StorageFull),
                 )
-                return
-            logger.info("collection %r: index snapshot written at change %d", self.name, counter)
+                return None
+            seconds = time.perf_counter() - started
+            logger.info(
+                "collection %r: index snapshot written at change %d in %.2f s",
+                self.name,
+                counter,
+                seconds,
+            )
+            return seconds
 
     def close(self, *, snapshot: bool) -> None:
         """Refuse new users, wait for the current ones, snapshot if asked, close the store."""

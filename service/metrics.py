@@ -32,6 +32,7 @@ CACHE_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0
 """Finer around the Redis timeout (``FRACTAL_REDIS_TIMEOUT_MS``, 100 ms by default), so that a
 wait of one timeout tells from one of two."""
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SNAPSHOT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 REQUEST_LABELS = ("endpoint", "granularity", "dimension", "index")
 CACHE_HIT, CACHE_MISS, CACHE_ERROR = "hit", "miss", "error"
 CACHE_GET, CACHE_SET = "get", "set"
@@ -121,6 +122,12 @@ class Metrics:
             "fractal_cache_errors",
             "Failed Redis calls of the embedding cache, by operation (get, set).",
             ["operation"],
+            registry=registry,
+        )
+        self.snapshot_seconds = Histogram(
+            "fractal_snapshot_duration_seconds",
+            "Time to write one collection's periodic index snapshot (FRACTAL_SNAPSHOT_INTERVAL_S).",
+            buckets=SNAPSHOT_BUCKETS,
             registry=registry,
         )
         self.cache_wait_seconds = Histogram(

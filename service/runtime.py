@@ -196,7 +196,9 @@ class Runtime:
         while True:
             await asyncio.sleep(self.settings.snapshot_interval_s)
             for hosted in await asyncio.to_thread(self.collections.all):
-                await asyncio.to_thread(hosted.snapshot_if_changed)
+                seconds = await asyncio.to_thread(hosted.snapshot_if_changed)
+                if seconds is not None:
+                    self.metrics.snapshot_seconds.observe(seconds)
 
     # -- operations ------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from service.limits import MAX_LOOKUP_IDS
 from service.settings import Settings
+from support.metrics import metric_samples
 from tests.service.helpers import make_settings, serve, stored_texts
 
 
@@ -166,3 +167,11 @@ def test_writes_are_snapshotted_periodically(tiny_bundle_dir: Path, settings_for
                 break
             time.sleep(0.005)
         assert json.loads(manifest.read_text())["counter"] == 2
+        for _ in range(4000):  # the duration is observed once the snapshot thread returns
+            snapshots = metric_samples(client).get(
+                ("fractal_snapshot_duration_seconds_count", frozenset())
+            )
+            if snapshots:
+                break
+            time.sleep(0.005)
+        assert snapshots == 1  # written once: nothing changed since
