@@ -59,6 +59,8 @@ from bundle import ENCODER_FILE, TOKENIZER_FILE, Manifest
 from service.encoder import OnnxEncoder
 from service.settings import available_cores
 
+logger = logging.getLogger(__name__)
+
 LOCAL = "local"
 """The address that starts a new local cluster (Ray's own meaning of ``address="local"``)."""
 SHIPPED_FILES = (ENCODER_FILE, TOKENIZER_FILE)
@@ -87,6 +89,27 @@ def _check_reachable(address: str) -> None:
         raise BulkError(f"--ray {address}: no Ray cluster answers there ({exc})") from None
 
 
+LOCAL_START_TRIES = 2
+"""Ray waits 30 s for a new node's raylet to register; a first start on a cold, busy machine
+(a fresh virtualenv) can take longer, and the second try finds its files cached."""
+
+
+def _start_local(cpus: int, options: dict) -> None:
+    """Start a local Ray node with ``cpus`` CPUs, trying again once if it does not come up in
+    time (Ray raises a bare ``Exception`` for that, turned into a ``RuntimeError`` here)."""
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        try:
+            ray.init(address=LOCAL, num_cpus=cpus, include_dashboard=False, **options)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray's node start timeout is a bare Exception
+            ray.shutdown()
+            if "timed out during startup" not in str(exc):
+                raise
+            if attempt == LOCAL_START_TRIES:
+                raise RuntimeError(f"the local Ray node did not start: {exc}") from None
+            logger.warning("the local Ray node did not start in time; trying again")
+
+
 @contextmanager
 def cluster(address: str = LOCAL, cpus: int | None = None) -> Iterator[None]:
     """Connected to a Ray cluster for the block: a new local one with ``cpus`` CPUs (default one
@@ -98,9 +121,7 @@ def cluster(address: str = LOCAL, cpus: int | None = None) -> Iterator[None]:
     quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
         if address == LOCAL:
-            ray.init(
-                address=LOCAL, num_cpus=cpus or available_cores(), include_dashboard=False, **quiet
-            )
+            _start_local(cpus or available_cores(), quiet)
         else:
             _check_reachable(address)
             ray.init(address=address, **quiet)
