@@ -63,6 +63,7 @@ import faiss
 import numpy as np
 from matplotlib.figure import Figure
 
+from benchmarks.filters import BUCKETS, bucket_filter, buckets
 from benchmarks.harness.labelled_mixture import LabelledMixture, LabelledVectors, toy_labelled
 from benchmarks.harness.machine import load_average
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
@@ -71,7 +72,7 @@ from benchmarks.harness.search_measure import faiss_threads, first_reaching, rec
 from bundle import Manifest, load_bundle
 from index import Hit
 from index.backend import IndexBackend
-from index.filters import Filter, parse_filter
+from index.filters import Filter
 from index.vectors import prefix_unit, unit_rows
 from service.collection import catalog_for
 from service.settings import Settings as ServiceSettings
@@ -80,7 +81,6 @@ from support.processes import MilvusServer
 K = 10
 BACKENDS = ("embedded", "milvus")
 ROUTES = ("coarse", "fine", "c2f", "filtered")
-BUCKETS = 1000
 EQUAL_RECALL_FLOORS = (0.95, 0.99)
 RECALL_TOLERANCE = 0.01
 MIXTURE_CHUNK = 100_000
@@ -187,15 +187,6 @@ def _data(settings: Settings, dim: int) -> tuple[np.ndarray, np.ndarray, dict]:
         "queries": f"{len(queries):,} real held-out queries (CLINC-150 test texts)",
     }
     return documents, queries, description
-
-
-def buckets(settings: Settings) -> np.ndarray:
-    """Each document's bucket: a random permutation of the rows, modulo 1,000."""
-    return np.random.default_rng(settings.seed + 2).permutation(settings.documents) % BUCKETS
-
-
-def bucket_filter(settings: Settings) -> Filter:
-    return parse_filter({"key": "bucket", "lt": round(settings.filter_share * BUCKETS)})
 
 
 def exact_top(
@@ -648,7 +639,9 @@ def _truths(
     pipeline = exact_c2f(documents, queries, manifest.shortlist_dim, shortlist)
     ceilings = {"coarse": 1.0, "fine": 1.0, "c2f": recall_at_k(pipeline, full, K)}
     if settings.filter_share:
-        matching = np.flatnonzero(buckets(settings) < round(settings.filter_share * BUCKETS))
+        matching = np.flatnonzero(
+            buckets(settings.documents, settings.seed) < round(settings.filter_share * BUCKETS)
+        )
         truth["filtered"] = exact_top(coarse, coarse_queries, matching)
         ceilings["filtered"] = 1.0
     return truth, ceilings
@@ -659,11 +652,11 @@ def run(settings: Settings, progress: Progress) -> dict:
     manifest = load_bundle(settings.bundle)
     factor = ServiceSettings(bundle_dir=settings.bundle).c2f_factor
     documents, queries, data = _data(settings, manifest.dim)
-    bucket = buckets(settings)
+    bucket = buckets(settings.documents, settings.seed)
     progress(f"{len(documents):,} documents, {len(queries):,} queries")
     with faiss_threads(settings.build_threads):
         truth, ceilings = _truths(settings, manifest, documents, queries, K * factor)
-    where = bucket_filter(settings) if settings.filter_share else None
+    where = bucket_filter(settings.filter_share) if settings.filter_share else None
     results: dict = {
         "data": data,
         "bundle": {
@@ -1163,8 +1156,7 @@ def markdown(report: dict) -> str:
         "not those of Milvus standalone or Milvus Distributed (C++ segments, indexes built by "
         "index nodes, query nodes in parallel). They say what the Milvus backend costs against "
         "milvus-lite, and that both backends return the same documents.",
-        "## Targets\n\n"
-        + targets_table(report["targets"]),
+        "## Targets\n\n" + targets_table(report["targets"]),
         "## Per route\n\n"
         "Recall at the service's efSearch on both backends, then each backend at the smallest "
         "efSearch reaching the floor, recall@10 ≥ 0.99 (C2F: what exact C2F reaches with the "

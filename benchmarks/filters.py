@@ -168,12 +168,14 @@ def _sources(settings: Settings) -> tuple[Callable[[], Iterator[np.ndarray]], np
     return mixture_chunks, queries, description
 
 
-def buckets(settings: Settings) -> np.ndarray:
-    """Each document's bucket: a random permutation of the rows, modulo 1,000."""
-    return np.random.default_rng(settings.seed + 2).permutation(settings.documents) % BUCKETS
+def buckets(documents: int, seed: int) -> np.ndarray:
+    """Each document's bucket: a random permutation of the rows, modulo 1,000 (a filter on
+    ``bucket < b`` keeps a share b / 1,000 of them; also the backends benchmark's)."""
+    return np.random.default_rng(seed + 2).permutation(documents) % BUCKETS
 
 
 def bucket_filter(selectivity: float) -> Filter:
+    """The filter keeping the share ``selectivity`` of the documents by their bucket."""
     return parse_filter({"key": "bucket", "lt": round(selectivity * BUCKETS)})
 
 
@@ -449,7 +451,7 @@ def _import(
     space beside; the full unit vectors (kept for C2F's re-rank brute force), the queries, the
     brute force, C2F's exact shortlists, the data's description and the timings."""
     chunks, queries, data = _sources(settings)
-    bucket = buckets(settings)
+    bucket = buckets(settings.documents, settings.seed)
     spaces = _spaces(settings)
     truth = {name: FilteredTopK(space(queries), K, EVERY) for name, space in spaces.items()}
     shortlists = FilteredTopK(spaces["cosine-64"](queries), K * settings.factor, EVERY)
@@ -495,7 +497,7 @@ def _truths(
 ) -> dict[tuple[str, str], dict]:
     """Per (route, kind) of this layout and selectivity: the ``exact`` filtered top-k in the
     route's final space and what the index path can ``index`` reach (see :func:`_row`)."""
-    bucket = buckets(settings)
+    bucket = buckets(settings.documents, settings.seed)
     spaces = _spaces(settings)
     coarse_queries = spaces["cosine-64"](queries)
 
@@ -535,7 +537,7 @@ def _truths(
 
 def run(settings: Settings, progress: Progress) -> dict:
     faiss.omp_set_num_threads(1)
-    bucket = buckets(settings)
+    bucket = buckets(settings.documents, settings.seed)
     matches = {s: int((bucket < round(s * BUCKETS)).sum()) for s in SELECTIVITIES}
     matches[UNFILTERED] = settings.documents
     results: dict = {"rows": [], "crossover": [], "sweep": []}
