@@ -34,6 +34,9 @@ from typing import Any
 
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
+QUANTIZATION_RUNTIMES = ("onnxruntime", "openvino")
+"""Where a quantised ``encoder.onnx`` runs fastest: ONNX Runtime's dynamic int8 graphs, or
+OpenVINO's static int8 ones (both run on either; see :class:`Quantization`)."""
 
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
@@ -234,14 +237,30 @@ class Quantization:
     source_bundle: str
     source_bundle_hash: str
     cosine_to_fp32: CosineToFP32
+    runtime: str = "onnxruntime"
+    """The runtime the graph was made and measured for (:data:`QUANTIZATION_RUNTIMES`); the
+    service's ``FRACTAL_ENCODER_RUNTIME=auto`` runs it there when it can. Manifests written
+    before this field existed mean ``onnxruntime``."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record's object; ``runtime`` only where it is not ``onnxruntime``, so that a
+        manifest written before the field existed is rewritten byte for byte."""
+        data = asdict(self)
+        if data["runtime"] == "onnxruntime":
+            del data["runtime"]
+        return data
 
     @classmethod
     def from_json(cls, value: object) -> Quantization:
         """Parse the manifest's ``quantization`` object; a :class:`BundleError` if malformed."""
+        if isinstance(value, dict):
+            value = {"runtime": "onnxruntime", **value}
         data = _parse_exact(cls, value, "quantization")
+        if data["runtime"] not in QUANTIZATION_RUNTIMES:
+            raise _fail(
+                "quantization.runtime",
+                f"{data['runtime']!r} is not one of {', '.join(QUANTIZATION_RUNTIMES)}",
+            )
         data["cosine_to_fp32"] = CosineToFP32(
             **_parse_exact(CosineToFP32, data["cosine_to_fp32"], "quantization.cosine_to_fp32")
         )

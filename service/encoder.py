@@ -1,4 +1,5 @@
-"""The bundle's encoder on ONNX Runtime: ``tokenizer.json`` + ``encoder.onnx`` → embeddings.
+"""The bundle's encoder: ``tokenizer.json`` + ``encoder.onnx`` → embeddings, on ONNX Runtime, or
+on OpenVINO for a graph quantised for it (:func:`chosen_runtime`).
 
 An input is a text, which the tokenizer file turns into token ids (truncated at the backbone's max
 tokens, special tokens added), or token ids already made that way (the OpenAI API's token-array
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -19,11 +21,18 @@ from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
 from service.limits import TokenIds
+from service.openvino_session import OpenVinoSession, openvino_installed
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 EncoderInput = str | TokenIds
 """A text, or the token ids the bundle's tokenizer makes of one."""
+EncoderRuntime = Literal["auto", "onnxruntime", "openvino"]
+"""Which runtime runs ``encoder.onnx``; see :func:`chosen_runtime`."""
+
+
+class EncoderRuntimeError(RuntimeError):
+    """The runtime asked for cannot run here (``openvino`` without the package)."""
 
 
 def execution_providers() -> list[str]:
@@ -48,6 +57,25 @@ def onnx_session(path: Path, threads: int, spin: bool = False) -> ort.InferenceS
     return ort.InferenceSession(str(path), options, providers=execution_providers())
 
 
+def chosen_runtime(asked: EncoderRuntime, manifest: Manifest) -> str:
+    """The runtime that runs the bundle's encoder: ``onnxruntime`` or ``openvino`` as asked;
+    ``auto`` picks OpenVINO for a graph quantised for it (the manifest's
+    ``quantization.runtime``) when the package is installed and ONNX Runtime has no GPU here
+    (GPUs run the fp32 bundle on CUDA), ONNX Runtime otherwise."""
+    if asked == "openvino" and not openvino_installed():
+        raise EncoderRuntimeError(
+            "FRACTAL_ENCODER_RUNTIME=openvino, but the openvino package is not installed "
+            "(pip install openvino)"
+        )
+    if asked != "auto":
+        return asked
+    made_for = manifest.quantization.runtime if manifest.quantization else "onnxruntime"
+    on_cpu = CUDA not in ort.get_available_providers()
+    if made_for == "openvino" and on_cpu and openvino_installed():
+        return "openvino"
+    return "onnxruntime"
+
+
 @dataclass(frozen=True)
 class Encoded:
     """Full, unnormalised embeddings ``(n, dim)`` and the tokens each text was read as."""
@@ -61,7 +89,12 @@ class OnnxEncoder:
     one thread."""
 
     def __init__(
-        self, bundle_dir: Path, manifest: Manifest, threads: int, spin: bool = False
+        self,
+        bundle_dir: Path,
+        manifest: Manifest,
+        threads: int,
+        spin: bool = False,
+        runtime: EncoderRuntime = "auto",
     ) -> None:
         self.dim = manifest.dim
         self.max_tokens = manifest.backbone.max_tokens
@@ -69,7 +102,13 @@ class OnnxEncoder:
         self.vocabulary_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
         padding = self.tokenizer.padding
         self.pad_id = padding["pad_id"] if padding else 0
-        self.session = onnx_session(bundle_dir / ENCODER_FILE, threads, spin)
+        self.runtime = chosen_runtime(runtime, manifest)
+        graph = bundle_dir / ENCODER_FILE
+        self.session: ort.InferenceSession | OpenVinoSession = (
+            OpenVinoSession(graph, threads)
+            if self.runtime == "openvino"
+            else onnx_session(graph, threads, spin)
+        )
         self.threads = threads
         self.spin = spin
 

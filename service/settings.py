@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     keep_alive_s: int = Field(5, ge=1, description="how long an idle connection is kept open")
 
     encoder_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = cores")
+    encoder_runtime: Literal["auto", "onnxruntime", "openvino"] = Field(
+        "auto",
+        description="what runs encoder.onnx; auto = OpenVINO for a bundle quantised for it "
+        "(when installed, on CPU), ONNX Runtime otherwise",
+    )
     encoder_spin: bool = Field(
         False, description="ONNX Runtime threads spin-wait between calls (takes searches' cores)"
     )

@@ -33,7 +33,11 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
     ``router.json`` if any)."""
     try:
         encoder = OnnxEncoder(
-            settings.bundle_dir, manifest, settings.threads, settings.encoder_spin
+            settings.bundle_dir,
+            manifest,
+            settings.threads,
+            settings.encoder_spin,
+            settings.encoder_runtime,
         )
         router = GranularityRouter(
             settings.bundle_dir,

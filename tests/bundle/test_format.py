@@ -349,6 +349,17 @@ def test_quantization_round_trips_and_changes_the_hash(bundle_dir: Path) -> None
     assert written.content_hash != before.content_hash
 
 
+def test_a_graph_made_for_openvino_says_so(bundle_dir: Path) -> None:
+    record = {**_QUANTIZATION, "cosine_to_fp32": _COSINE, "runtime": "openvino"}
+    written = write_manifest(bundle_dir, _manifest(quantization=Quantization.from_json(record)))
+    data = json.loads((bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert data["quantization"]["runtime"] == "openvino"
+    assert load_bundle(bundle_dir) == written and written.quantization.runtime == "openvino"
+    assert Quantization.from_json({**_QUANTIZATION, "cosine_to_fp32": _COSINE}).runtime == (
+        "onnxruntime"
+    )
+
+
 def test_typed_parts_rewrite_their_manifest_byte_for_byte(bundle_dir: Path) -> None:
     """``compression`` and ``quantization`` as the writer put them in ``manifest.json`` before
     they were typed records: read and written again, the file and the content hash are the same."""
@@ -390,6 +401,10 @@ def test_parts_must_be_records() -> None:
             "cosine_to_fp32 needs a positive number of texts",
         ),
         ({**_QUANTIZATION, "cosine_to_fp32": [1]}, "cosine_to_fp32 must be an object"),
+        (
+            {**_QUANTIZATION, "cosine_to_fp32": _COSINE, "runtime": "tensorrt"},
+            "quantization.runtime 'tensorrt' is not one of onnxruntime, openvino",
+        ),
     ],
 )
 def test_invalid_quantization(bundle_dir: Path, quantization: dict, message: str) -> None:

@@ -1,0 +1,66 @@
+"""``encoder.onnx`` on the OpenVINO runtime, behind ONNX Runtime's ``run`` interface.
+
+OpenVINO reads ONNX graphs directly, including the int8 graphs with QuantizeLinear /
+DequantizeLinear pairs that ``fractal quantize --recipe openvino-int8`` writes (static int8 from
+NNCF), which its CPU plugin runs as int8 kernels (AVX512-VNNI, AMX where the CPU has them).
+ONNX Runtime runs the same graph correctly but slower, since it was calibrated and laid out for
+OpenVINO; ``benchmarks/encoder_throughput`` measures both.
+
+:class:`OpenVinoSession` gives :class:`service.encoder.OnnxEncoder` what it uses of an
+``onnxruntime.InferenceSession``: ``run(output_names, feeds)`` and ``get_providers()``. One
+compiled model serves every thread; each thread gets its own infer request (a request is not
+safe to share).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+PROVIDER = "OpenVINO CPU"
+"""What :meth:`OpenVinoSession.get_providers` names, next to ONNX Runtime's provider names."""
+
+
+def openvino_installed() -> bool:
+    """Whether the ``openvino`` package can be imported (without importing it)."""
+    return importlib.util.find_spec("openvino") is not None
+
+
+class OpenVinoSession:
+    """An ONNX graph compiled for OpenVINO's CPU plugin on ``threads`` inference threads, one
+    stream, tuned for latency (the service runs one encoder call at a time).
+
+    ``precision`` is what the floating-point parts compute in. OpenVINO's own default is bf16
+    on CPUs that have it (AMX, AVX512-BF16), which moves fp32 embeddings by about 1e-3; the
+    default here, ``f32``, keeps the graph's answers (``bf16`` is measured by the encoder
+    benchmark)."""
+
+    def __init__(self, path: Path, threads: int, precision: str = "f32") -> None:
+        import openvino
+
+        core = openvino.Core()
+        config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": precision,
+        }
+        self._compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self._outputs = {output.get_any_name(): output for output in self._compiled.outputs}
+        self._local = threading.local()
+
+    def get_providers(self) -> list[str]:
+        return [PROVIDER]
+
+    def run(self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The named outputs for ``feeds``, as ONNX Runtime's ``InferenceSession.run`` returns
+        them (copies: the request's buffers are reused by its next call)."""
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self._compiled.create_infer_request()
+        results = request.infer(dict(feeds))
+        return [np.array(results[self._outputs[name]]) for name in output_names]
