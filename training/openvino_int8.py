@@ -32,10 +32,8 @@ def calibration_feeds(tokenizer: Tokenizer, texts: Sequence[str]) -> Iterator[di
     """One graph input per text: its token ids and an all-ones mask, batch of one (unpadded,
     so that no scale is fitted on padding)."""
     for encoding in tokenizer.encode_batch(list(texts)):
-        ids = np.array(
-            [[token for token, real in zip(encoding.ids, encoding.attention_mask, strict=True) if real]],
-            dtype=np.int64,
-        )
+        pairs = zip(encoding.ids, encoding.attention_mask, strict=True)
+        ids = np.array([[token for token, real in pairs if real]], dtype=np.int64)
         yield {INPUT_IDS: ids, ATTENTION_MASK: np.ones_like(ids)}
 
 
