@@ -58,9 +58,12 @@ class OpenVinoSession:
 
     def run(self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The named outputs for ``feeds``, as ONNX Runtime's ``InferenceSession.run`` returns
-        them (copies: the request's buffers are reused by its next call)."""
+        them."""
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self._compiled.create_infer_request()
-        results = request.infer(dict(feeds))
+        # Shared, not copied, in and out: the inputs are fresh arrays of the caller's, and each
+        # output is copied here before the request's next call reuses its buffer (a copy in
+        # and out costs a few tenths of a millisecond per call, a fifth of a short text's).
+        results = request.infer(dict(feeds), share_inputs=True, share_outputs=True)
         return [np.array(results[self._outputs[name]]) for name in output_names]
