@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
 from service.limits import TokenIds
-from service.openvino_session import OpenVinoSession, openvino_installed
+from bundle.openvino_session import OpenVinoSession, openvino_installed
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

@@ -12,6 +12,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE
+from bundle.openvino_session import OpenVinoSession
 
 CHECK_BATCH_SIZE = 16
 
@@ -29,12 +30,14 @@ def cpu_session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def onnx_embeddings(folder: Path, texts: list[str]) -> np.ndarray:
+def onnx_embeddings(folder: Path, texts: list[str], runtime: str = "onnxruntime") -> np.ndarray:
     """``folder``'s unnormalised embeddings of ``texts`` through its tokenizer.json and
     encoder.onnx alone, in batches of similar lengths, as the service forms them: padded, but
-    not all to max_tokens."""
+    not all to max_tokens. ``runtime`` (``onnxruntime`` or ``openvino``) runs the graph: a twin
+    is checked on the runtime the service will run it on."""
     tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    session = cpu_session(folder / ENCODER_FILE)
+    graph = folder / ENCODER_FILE
+    session = OpenVinoSession(graph, threads=0) if runtime == "openvino" else cpu_session(graph)
     order = np.argsort([len(text) for text in texts], kind="stable")
     batches = []
     for start in range(0, len(order), CHECK_BATCH_SIZE):

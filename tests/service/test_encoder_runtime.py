@@ -12,7 +12,7 @@ import pytest
 from bundle import CosineToFP32, Quantization, load_bundle
 from service import encoder as encoder_module
 from service.encoder import EncoderRuntimeError, OnnxEncoder, chosen_runtime
-from service.openvino_session import PROVIDER
+from bundle.openvino_session import PROVIDER
 
 TEXTS = ["book a table for two", "what is my balance", "a", "play some jazz music please"]
 

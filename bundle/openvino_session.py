@@ -6,7 +6,8 @@ NNCF), which its CPU plugin runs as int8 kernels (AVX512-VNNI, AMX where the CPU
 ONNX Runtime runs the same graph correctly but slower, since it was calibrated and laid out for
 OpenVINO; ``benchmarks/encoder_throughput`` measures both.
 
-:class:`OpenVinoSession` gives :class:`service.encoder.OnnxEncoder` what it uses of an
+:class:`OpenVinoSession` gives the service's encoder (:class:`service.encoder.OnnxEncoder`) and
+the trainer's checks (:mod:`training.bundle_embeddings`) what they use of an
 ``onnxruntime.InferenceSession``: ``run(output_names, feeds)`` and ``get_providers()``. One
 compiled model serves every thread; each thread gets its own infer request (a request is not
 safe to share).
@@ -31,8 +32,9 @@ def openvino_installed() -> bool:
 
 
 class OpenVinoSession:
-    """An ONNX graph compiled for OpenVINO's CPU plugin on ``threads`` inference threads, one
-    stream, tuned for latency (the service runs one encoder call at a time).
+    """An ONNX graph compiled for OpenVINO's CPU plugin on ``threads`` inference threads (0:
+    OpenVINO's default, every core), one stream, tuned for latency (the service runs one
+    encoder call at a time).
 
     ``precision`` is what the floating-point parts compute in. OpenVINO's own default is bf16
     on CPUs that have it (AMX, AVX512-BF16), which moves fp32 embeddings by about 1e-3; the
