@@ -20,8 +20,8 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
-from service.limits import TokenIds
 from bundle.openvino_session import OpenVinoSession, openvino_installed
+from service.limits import TokenIds
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bundle import CosineToFP32, Quantization, load_bundle
+from bundle.openvino_session import PROVIDER
 from service import encoder as encoder_module
 from service.encoder import EncoderRuntimeError, OnnxEncoder, chosen_runtime
-from bundle.openvino_session import PROVIDER
 
 TEXTS = ["book a table for two", "what is my balance", "a", "play some jazz music please"]
 
