@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bundle import check_out_dir
+from bundle import MANIFEST_FILE, check_out_dir
 from training.errors import FractalError, bundle_errors_as_fractal
 from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
 
@@ -310,8 +310,11 @@ def _write_fast_twin(bundle_dir: Path, data, args: argparse.Namespace) -> None:
             overwrite=args.overwrite,
         )
     except FractalError as exc:
+        stale = (twin / MANIFEST_FILE).is_file()  # kept by a refused --overwrite
+        earlier = f", and {twin} still holds the twin of an earlier bundle" if stale else ""
         raise FractalError(
-            f"{exc}; the fp32 bundle {bundle_dir} is written (--no-fast-twin skips the twin)"
+            f"{exc}; the fp32 bundle {bundle_dir} is written{earlier} "
+            "(--no-fast-twin skips the twin)"
         ) from None
     _print_twin("fast twin", twin, manifest, recipe)
 
