@@ -226,9 +226,47 @@ class CosineToFP32:
 
 
 @dataclass(frozen=True)
+class KnnProbe:
+    """One k-NN probe of a quantised encoder: the accuracy on the labels of hierarchy level
+    ``level`` at the ``dim`` prefix, through the fp32 graph and through the quantised one."""
+
+    level: str
+    dim: int
+    fp32: float
+    quantized: float
+
+
+@dataclass(frozen=True)
+class KnnCost:
+    """What a quantised encoder costs in k-NN accuracy on ``dataset``: each of ``test_texts``
+    test texts takes the label most of its ``k`` nearest (cosine) of ``train_texts`` training
+    texts have. ``coarse`` probes the first level's labels at the coarse prefix, ``fine`` the
+    finest level's at the fine prefix; ``points`` is the larger of the two drops, in accuracy
+    points (negative when the quantised graph scored higher on both)."""
+
+    dataset: str
+    k: int
+    train_texts: int
+    test_texts: int
+    coarse: KnnProbe
+    fine: KnnProbe
+    points: float
+
+    @classmethod
+    def from_json(cls, value: object) -> KnnCost:
+        """Parse ``quantization.knn_cost``; a :class:`BundleError` if malformed."""
+        data = _parse_exact(cls, value, "quantization.knn_cost")
+        for probe in ("coarse", "fine"):
+            field_name = f"quantization.knn_cost.{probe}"
+            data[probe] = KnnProbe(**_parse_exact(KnnProbe, data[probe], field_name))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class Quantization:
     """How ``encoder.onnx`` was quantised after export (``training.quantize``): the recipe, the
-    source bundle (name and content hash) and what it cost against the fp32 graph."""
+    source bundle (name and content hash) and what it cost against the fp32 graph: cosines and,
+    in twins written since it was recorded, k-NN accuracy (``knn_cost``; None in older ones)."""
 
     method: str
     weight_type: str
@@ -237,25 +275,28 @@ class Quantization:
     source_bundle: str
     source_bundle_hash: str
     cosine_to_fp32: CosineToFP32
+    knn_cost: KnnCost | None = None
     runtime: str = "onnxruntime"
     """The runtime the graph was made and measured for (:data:`QUANTIZATION_RUNTIMES`); the
     service's ``FRACTAL_ENCODER_RUNTIME=auto`` runs it there when it can. Manifests written
     before this field existed mean ``onnxruntime``."""
 
     def to_json(self) -> dict[str, Any]:
-        """The record's object; ``runtime`` only where it is not ``onnxruntime``, so that a
-        manifest written before the field existed is rewritten byte for byte."""
+        """The record's object. Fields added after twins shipped are left out at their
+        defaults (``knn_cost`` unset, ``runtime`` ``onnxruntime``), so that those twins'
+        manifests, and content hashes, are unchanged."""
         data = asdict(self)
-        if data["runtime"] == "onnxruntime":
+        if self.knn_cost is None:
+            del data["knn_cost"]
+        if self.runtime == "onnxruntime":
             del data["runtime"]
         return data
 
     @classmethod
     def from_json(cls, value: object) -> Quantization:
         """Parse the manifest's ``quantization`` object; a :class:`BundleError` if malformed."""
-        if isinstance(value, dict):
-            value = {"runtime": "onnxruntime", **value}
-        data = _parse_exact(cls, value, "quantization")
+        data = _parse_exact(cls, value, "quantization", optional=("knn_cost", "runtime"))
+        data.setdefault("runtime", "onnxruntime")
         if data["runtime"] not in QUANTIZATION_RUNTIMES:
             raise _fail(
                 "quantization.runtime",
@@ -264,6 +305,8 @@ class Quantization:
         data["cosine_to_fp32"] = CosineToFP32(
             **_parse_exact(CosineToFP32, data["cosine_to_fp32"], "quantization.cosine_to_fp32")
         )
+        if data.get("knn_cost") is not None:
+            data["knn_cost"] = KnnCost.from_json(data["knn_cost"])
         return cls(**data)
 
 
@@ -439,13 +482,17 @@ def _parse_hierarchy(value: object) -> tuple[HierarchyLevel, ...] | None:
     return tuple(levels)
 
 
-def _parse_exact(cls: type, value: object, field_name: str) -> dict[str, Any]:
-    """``value``'s fields for record ``cls``: an object with exactly ``cls``'s field names."""
+def _parse_exact(
+    cls: type, value: object, field_name: str, optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``value``'s fields for record ``cls``: an object with exactly ``cls``'s field names, less
+    any of the ``optional`` ones."""
     names = tuple(f.name for f in fields(cls))
     if not isinstance(value, dict):
         raise _fail(field_name, "must be an object")
-    if sorted(value) != sorted(names):
-        raise _fail(field_name, f"must have exactly the fields {names}")
+    if not set(names) - set(optional) <= set(value) <= set(names):
+        some_optional = f" ({', '.join(optional)} optional)" if optional else ""
+        raise _fail(field_name, f"must have exactly the fields {names}{some_optional}")
     return dict(value)
 
 
@@ -472,7 +519,7 @@ def _check_manifest(manifest: Manifest) -> None:
         _check_compression(manifest.compression, manifest.prefix_dims)
     _check_json_object(manifest.evaluation, "evaluation")
     if manifest.quantization is not None:
-        _check_quantization(manifest.quantization)
+        _check_quantization(manifest.quantization, manifest.prefix_dims)
     diff = manifest.onnx_max_abs_diff
     if not _is_finite(diff) or diff < 0:
         raise _fail("onnx_max_abs_diff", f"must be a finite number >= 0, not {diff!r}")
@@ -574,7 +621,7 @@ def _check_compression(compression: object, prefix_dims: tuple[int, ...]) -> Non
         raise _fail("compression.sae.input_dim", f"{sae.input_dim} is not in prefix_dims")
 
 
-def _check_quantization(quantization: object) -> None:
+def _check_quantization(quantization: object, prefix_dims: tuple[int, ...]) -> None:
     if not isinstance(quantization, Quantization):
         raise _fail("quantization", f"must be a Quantization record, not {quantization!r}")
     texts = ("method", "weight_type", "activations", "source_bundle", "source_bundle_hash")
@@ -587,6 +634,29 @@ def _check_quantization(quantization: object) -> None:
         raise _fail("quantization.cosine_to_fp32", "needs a positive number of texts")
     if not all(_is_finite(value) for value in (cosine.mean, cosine.min)):
         raise _fail("quantization.cosine_to_fp32", "mean and min must be finite numbers")
+    if quantization.knn_cost is not None:
+        _check_knn_cost(quantization.knn_cost, prefix_dims)
+
+
+def _check_knn_cost(cost: object, prefix_dims: tuple[int, ...]) -> None:
+    field_name = "quantization.knn_cost"
+    if not isinstance(cost, KnnCost):
+        raise _fail(field_name, f"must be a KnnCost record, not {cost!r}")
+    if not isinstance(cost.dataset, str) or not cost.dataset:
+        raise _fail(f"{field_name}.dataset", "must be a non-empty string")
+    counts = (cost.k, cost.train_texts, cost.test_texts)
+    if not all(_is_int(count) and count > 0 for count in counts):
+        raise _fail(field_name, "k, train_texts and test_texts must be positive integers")
+    if not _is_finite(cost.points):
+        raise _fail(f"{field_name}.points", f"must be a finite number, not {cost.points!r}")
+    for name in ("coarse", "fine"):
+        probe = getattr(cost, name)
+        if not isinstance(probe, KnnProbe) or not isinstance(probe.level, str):
+            raise _fail(f"{field_name}.{name}", "must be a probe with a level name")
+        if probe.dim not in prefix_dims:
+            raise _fail(f"{field_name}.{name}.dim", f"{probe.dim!r} is not in prefix_dims")
+        if not all(_is_finite(v) and 0 <= v <= 1 for v in (probe.fp32, probe.quantized)):
+            raise _fail(f"{field_name}.{name}", "accuracies must be numbers from 0 to 1")
 
 
 def _check_files(files: object) -> None:

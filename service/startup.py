@@ -7,10 +7,15 @@ ends start-up with one :class:`service.errors.StartupError` line.
 The index directory records which bundle its vectors came from (``bundle.json``); serving it
 with another bundle is refused, because stored vectors from one model are meaningless to
 queries from another.
+
+A quantised bundle (an int8 twin) started where ONNX Runtime offers CUDA is served, with a
+warning that names the fp32 bundle it was made from (:func:`cpu_recipe_on_gpu`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import faiss
@@ -20,12 +25,29 @@ from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
 from service.collection import IndexDirError
 from service.collections import CollectionSet
-from service.encoder import OnnxEncoder
+from service.encoder import CUDA, OnnxEncoder
 from service.errors import StartupError
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
 from service.runtime import Runtime
 from service.settings import Settings, available_cores
+
+logger = logging.getLogger("service")
+
+
+def cpu_recipe_on_gpu(manifest: Manifest, providers: Sequence[str]) -> str | None:
+    """A warning when a quantised bundle's encoder runs where CUDA is offered: dynamic int8 is a
+    CPU recipe (its integer operators fall back to the CPU), so there the fp32 bundle it was made
+    from is the one to serve. None otherwise."""
+    quantization = manifest.quantization
+    if quantization is None or CUDA not in providers:
+        return None
+    return (
+        f"bundle {manifest.name!r} has a quantised encoder ({quantization.method}, "
+        f"{quantization.weight_type}), a CPU recipe, and ONNX Runtime offers CUDA here: serve "
+        f"its fp32 source bundle {quantization.source_bundle!r} (content hash "
+        f"{quantization.source_bundle_hash[:12]}) on the GPU instead"
+    )
 
 
 def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, GranularityRouter]:
@@ -85,6 +107,8 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
     except BundleError as exc:
         raise StartupError(str(exc)) from exc
     encoder, router = _load_graphs(settings, manifest)
+    if warning := cpu_recipe_on_gpu(manifest, encoder.providers):
+        logger.warning(warning)
     metrics = metrics or Metrics()
     try:
         collections = CollectionSet(settings, manifest, router, metrics)

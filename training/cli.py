@@ -1,9 +1,11 @@
 """``fractal``: train hierarchy-aligned heads on a frozen encoder, evaluate them, export bundles.
 
     fractal run --dataset clinc150 --out runs/clinc150        # train + evaluate + export, in one
+                                          # (bundle/ and its fast int8 twin, bundle-int8/)
     fractal train --dataset clinc150 --objective v5 --seed 42 --out runs/v5-42
     fractal evaluate runs/v5-42 runs/mrl-42 --out runs/report
-    fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report]
+    fractal export runs/v5-42 --out bundles/clinc150-v5 [--report runs/report] [--no-fast-twin]
+    fractal quantize bundles/clinc150-v5 --out bundles/clinc150-v5-int8 --dataset clinc150
     fractal export-identity --out bundles/identity
     fractal ingest corpus.jsonl --url http://127.0.0.1:8000 [--resume]  # a corpus → service
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
@@ -25,13 +27,18 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bundle import check_out_dir
+from bundle import MANIFEST_FILE, check_out_dir
 from training.errors import FractalError, bundle_errors_as_fractal
 from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
 
 DEFAULT_SEEDS = ",".join(map(str, PAPER_SEEDS))
 ABLATIONS = ("inverted", "no-prefix", "uhmt")
 NESTED_DIMS = (16, 32, 64, 128, 256)  # `finetune`: the MIC/MIPIC papers' dims below the full one
+MAX_KNN_COST = 0.5
+"""The default bound on a fast twin's k-NN cost, in accuracy points: the encoder benchmark's
+target. On the CLINC-150 V5 bundle the int8 twin cost 0.25 points on the 10,000 / 2,000 texts the
+bundle was trained and evaluated on, and 0.8 on a 4,000 / 1,000 subsample of them: one test text
+in 1,000 is 0.1 point, so the check uses as many texts as the bundle's own evaluation."""
 
 
 def _int_list(text: str) -> list[int]:
@@ -73,7 +80,6 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--encoding", help="generic files: their text encoding, e.g. latin-1 (default: utf-8)"
     )
-    _add_encoder_options(parser)
 
 
 def _add_encoder_options(parser: argparse.ArgumentParser) -> None:
@@ -107,10 +113,30 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _data_config(args: argparse.Namespace):
-    from training.prepared_data import DataConfig
+def _add_max_knn_cost_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-knn-cost",
+        type=float,
+        default=MAX_KNN_COST,
+        metavar="POINTS",
+        help="refuse an int8 twin whose k-NN accuracy (coarse labels at the coarse prefix, fine "
+        f"labels at the fine one) drops by more than this many points (default: {MAX_KNN_COST})",
+    )
 
-    generic = {
+
+def _add_fast_twin_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-fast-twin",
+        action="store_true",
+        help="write the fp32 bundle only, not its fast twin beside it (the bundle's folder + "
+        "-int8: `fractal quantize`'s int8 copy, checked on the bundle's data)",
+    )
+    _add_max_knn_cost_option(parser)
+
+
+def _generic_options(args: argparse.Namespace) -> dict:
+    """The generic-file options given (``load_dataset``'s keyword arguments)."""
+    return {
         key: getattr(args, key)
         for key in (
             "text_column",
@@ -123,6 +149,12 @@ def _data_config(args: argparse.Namespace):
         )
         if getattr(args, key) is not None
     }
+
+
+def _data_config(args: argparse.Namespace):
+    from training.prepared_data import DataConfig
+
+    generic = _generic_options(args)
     return DataConfig(args.dataset, args.max_train, args.max_test, args.data_seed, generic)
 
 
@@ -249,6 +281,54 @@ def _export(run_dir: Path, out: Path, report_dir: Path | None, args, data=None) 
     print("\n".join(shortlist.markdown()))
     print(f"bundle: {out} (ONNX vs torch max |diff| = {manifest.onnx_max_abs_diff:.2e})")
     print(router_note)
+    if not args.no_fast_twin:
+        _write_fast_twin(out, data.splits, args)
+
+
+def _check_bundle_dirs(bundle_dir: Path, args: argparse.Namespace) -> None:
+    """Before any slow work: the bundle's folder, and its fast twin's, can be written."""
+    from training.quantize import twin_dir
+
+    folders = [bundle_dir] if args.no_fast_twin else [bundle_dir, twin_dir(bundle_dir)]
+    with bundle_errors_as_fractal():
+        for folder in folders:
+            check_out_dir(folder, args.overwrite)
+
+
+def _write_fast_twin(bundle_dir: Path, data, args: argparse.Namespace) -> None:
+    """The int8 twin of the bundle just exported, beside it, checked on the bundle's own data."""
+    from training.quantize import Quantisation, quantize_bundle, twin_dir
+
+    twin, recipe = twin_dir(bundle_dir), Quantisation()
+    try:
+        manifest = quantize_bundle(
+            bundle_dir,
+            twin,
+            data,
+            max_knn_cost_points=args.max_knn_cost,
+            recipe=recipe,
+            overwrite=args.overwrite,
+        )
+    except FractalError as exc:
+        stale = (twin / MANIFEST_FILE).is_file()  # kept by a refused --overwrite
+        earlier = f", and {twin} still holds the twin of an earlier bundle" if stale else ""
+        raise FractalError(
+            f"{exc}; the fp32 bundle {bundle_dir} is written{earlier} "
+            "(--no-fast-twin skips the twin)"
+        ) from None
+    _print_twin("fast twin", twin, manifest, recipe)
+
+
+def _print_twin(label: str, twin: Path, manifest, recipe) -> None:
+    """One line: where the twin went, its recipe and what it costs against the fp32 graph."""
+    from training.quantize import describe_knn_cost
+
+    cosine, cost = manifest.quantization.cosine_to_fp32, manifest.quantization.knn_cost
+    print(
+        f"{label}: {twin} ({recipe.describe()}; cosine to fp32 on {cosine.texts} {cost.dataset} "
+        f"texts: mean {cosine.mean:.4f}, min {cosine.min:.4f}; cost {describe_knn_cost(cost)} "
+        f"on {cost.test_texts} test texts)"
+    )
 
 
 def _prepare(args, objectives: list[str]):
@@ -274,12 +354,14 @@ def _cmd_evaluate(args):
 
 
 def _cmd_export(args):
+    _check_bundle_dirs(args.out, args)
     _export(args.run, args.out, args.report, args)
 
 
 def _cmd_run(args):
     if not args.objectives:
         raise FractalError("--objectives needs at least one objective")
+    _check_bundle_dirs(args.out / "bundle", args)
     data = _prepare(args, args.objectives)
     run_dirs = _train_runs(args, data, args.objectives, args.seeds, args.out / "runs")
     report = _report(run_dirs, args.out / "report", args, data)
@@ -301,17 +383,24 @@ def _cmd_quantize(args):
     from training.data.registry import load_dataset
     from training.quantize import Quantisation, quantize_bundle
 
-    texts = list(load_dataset(args.dataset, max_test=args.check_texts).test.texts)
     recipe = Quantisation()
+    data = load_dataset(  # the rows DataConfig(...).load() reads, without its torch imports
+        args.dataset,
+        seed=args.data_seed,
+        max_train=args.max_train,
+        max_test=args.max_test,
+        **_generic_options(args),
+    )
     manifest = quantize_bundle(
-        args.bundle, args.out, texts, recipe=recipe, name=args.name, overwrite=args.overwrite
+        args.bundle,
+        args.out,
+        data,
+        max_knn_cost_points=args.max_knn_cost,
+        recipe=recipe,
+        name=args.name,
+        overwrite=args.overwrite,
     )
-    cosine = manifest.quantization.cosine_to_fp32
-    print(
-        f"bundle: {args.out} ({recipe.describe()}; "
-        f"cosine to fp32 on {cosine.texts} {args.dataset} texts: mean {cosine.mean:.4f}, "
-        f"min {cosine.min:.4f})"
-    )
+    _print_twin("bundle", args.out, manifest, recipe)
 
 
 DATASET_INGEST_OPTIONS = {"split": "--split", "max_texts": "--max-texts"}
@@ -648,6 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="train objectives × seeds, evaluate, export a bundle")
     _add_data_options(run)
+    _add_encoder_options(run)
     _add_train_options(run)
     run.add_argument(
         "--objectives",
@@ -659,10 +749,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--name", help="bundle name")
     run.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    _add_fast_twin_options(run)
     run.set_defaults(handler=_cmd_run)
 
     train = commands.add_parser("train", help="train one objective (one run per seed)")
     _add_data_options(train)
+    _add_encoder_options(train)
     _add_train_options(train)
     train.add_argument("--objective", default="v5", help=", ".join(HEAD_OBJECTIVES))
     train.add_argument("--seeds", "--seed", type=_int_list, default=[42])
@@ -682,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--name")
     export.add_argument("--overwrite", action="store_true")
     _add_encoder_options(export)
+    _add_fast_twin_options(export)
     export.set_defaults(handler=_cmd_export)
 
     identity = commands.add_parser("export-identity", help="a bundle of the raw encoder")
@@ -695,6 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="contrastive training of the encoder (mrl, mic, mipic, sfs), evaluated and exported",
     )
     _add_data_options(tune)
+    _add_encoder_options(tune)
     tune.add_argument("--objective", required=True, help="mrl, mic, mipic or sfs")
     tune.add_argument("--dim", type=int, default=384, help="output dimension (≤ hidden size)")
     tune.add_argument("--prefix-dims", type=_int_list, help="nested dims (default: 16,…,384)")
@@ -716,14 +810,14 @@ def build_parser() -> argparse.ArgumentParser:
     tune.set_defaults(handler=_cmd_finetune)
 
     quantize = commands.add_parser(
-        "quantize", help="a copy of a bundle with a dynamic int8 encoder (faster on CPU)"
+        "quantize",
+        help="a copy of a bundle with a dynamic int8 encoder (faster on CPU), checked on the "
+        "bundle's dataset (the --dataset options: its test texts among its training texts)",
     )
     quantize.add_argument("bundle", type=Path, help="the fp32 bundle (left unchanged)")
     quantize.add_argument("--out", type=Path, required=True, help="the new bundle's folder")
-    quantize.add_argument(
-        "--dataset", default="clinc150", help="whose test texts check the int8 graph's cosines"
-    )
-    quantize.add_argument("--check-texts", type=int, default=500, help="how many of them")
+    _add_data_options(quantize)
+    _add_max_knn_cost_option(quantize)
     quantize.add_argument("--name", help="bundle name (default: the source's name + -int8)")
     quantize.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     quantize.set_defaults(handler=_cmd_quantize)
@@ -771,6 +865,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mshc", help="MSHC: train MRL → VQ → PQ → SAE → KD, evaluate, export a bundle"
     )
     _add_data_options(mshc)
+    _add_encoder_options(mshc)
     mshc.add_argument("--out", type=Path, required=True, help="writes report/ and bundle/")
     mshc.add_argument(
         "--quantizer",

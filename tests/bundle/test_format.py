@@ -299,6 +299,12 @@ _QUANTIZATION = {
     "source_bundle": "test-v5", "source_bundle_hash": "0" * 64,
 }
 _COSINE = {"texts": 64, "mean": 0.991234, "min": 0.95}
+_KNN_COST = {
+    "dataset": "clinc150", "k": 5, "train_texts": 10000, "test_texts": 2000,
+    "coarse": {"level": "domain", "dim": 64, "fp32": 0.953, "quantized": 0.951},
+    "fine": {"level": "intent", "dim": 256, "fp32": 0.9485, "quantized": 0.946},
+    "points": 0.25,
+}
 
 
 @pytest.mark.parametrize(
@@ -360,6 +366,36 @@ def test_a_graph_made_for_openvino_says_so(bundle_dir: Path) -> None:
     )
 
 
+def _twin(**knn_cost: object) -> dict:
+    """A twin's ``quantization`` object whose ``knn_cost`` has the given fields changed."""
+    return {**_QUANTIZATION, "cosine_to_fp32": _COSINE, "knn_cost": {**_KNN_COST, **knn_cost}}
+
+
+def test_knn_cost_round_trips(bundle_dir: Path) -> None:
+    quantization = Quantization.from_json(_twin())
+    written = write_manifest(bundle_dir, _manifest(quantization=quantization))
+    loaded = load_bundle(bundle_dir)
+    assert loaded == written
+    cost = loaded.quantization.knn_cost
+    assert (cost.coarse.level, cost.coarse.dim, cost.coarse.quantized) == ("domain", 64, 0.951)
+    assert (cost.fine.level, cost.fine.fp32, cost.points) == ("intent", 0.9485, 0.25)
+    data = json.loads((bundle_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert data["quantization"]["knn_cost"] == _KNN_COST
+    assert data["format_version"] == FORMAT_VERSION == 1
+
+
+def test_a_twin_without_knn_cost_still_loads_and_keeps_its_hash(bundle_dir: Path) -> None:
+    """Twins written before the k-NN cost was recorded: ``knn_cost`` absent, read as None, and
+    written back without a ``"knn_cost": null`` (the content hash is unchanged)."""
+    _edit_manifest(
+        bundle_dir, lambda m: m.update(quantization={**_QUANTIZATION, "cosine_to_fp32": _COSINE})
+    )
+    manifest = load_bundle(bundle_dir)
+    assert manifest.quantization.knn_cost is None
+    assert "knn_cost" not in manifest.to_json()["quantization"]
+    assert write_manifest(bundle_dir, manifest).content_hash == manifest.content_hash
+
+
 def test_typed_parts_rewrite_their_manifest_byte_for_byte(bundle_dir: Path) -> None:
     """``compression`` and ``quantization`` as the writer put them in ``manifest.json`` before
     they were typed records: read and written again, the file and the content hash are the same."""
@@ -405,6 +441,14 @@ def test_parts_must_be_records() -> None:
             {**_QUANTIZATION, "cosine_to_fp32": _COSINE, "runtime": "tensorrt"},
             "quantization.runtime 'tensorrt' is not one of onnxruntime, openvino",
         ),
+        (_twin(k=0), "k, train_texts and test_texts must be positive integers"),
+        (_twin(fine={**_KNN_COST["fine"], "dim": 100}), "knn_cost.fine.dim 100 is not in prefix"),
+        (
+            _twin(coarse={**_KNN_COST["coarse"], "quantized": 95.1}),
+            "knn_cost.coarse accuracies must be numbers from 0 to 1",
+        ),
+        (_twin(points=None), "knn_cost.points must be a finite number"),
+        (_twin(fine=None), "knn_cost.fine must be an object"),
     ],
 )
 def test_invalid_quantization(bundle_dir: Path, quantization: dict, message: str) -> None:

@@ -3,18 +3,22 @@ process with one ``error:`` line, before the server starts."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from bundle import CosineToFP32, Quantization, load_bundle, write_manifest
+from service.encoder import CPU, CUDA, OnnxEncoder
 from service.errors import StartupError
 from service.settings import Settings, describe_settings_error
-from service.startup import load_runtime
+from service.startup import cpu_recipe_on_gpu, load_runtime
 from tests.service.helpers import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +127,38 @@ def test_index_parameters_that_do_not_fit_are_refused(
     settings = make_settings(tiny_bundle_dir, tmp_path / "index", index_kinds="pq", pq_m=7)
     with pytest.raises(StartupError, match="PQ m=7 sub-quantizers must divide"):
         load_runtime(settings)
+
+
+def test_a_quantised_bundle_offered_cuda_names_its_fp32_source(
+    tiny_bundle_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A twin's manifest (its graph stays the tiny fp32 one: the warning reads the manifest)."""
+    fp32 = load_bundle(tiny_bundle_dir)
+    twin_dir = tmp_path / "tiny-int8"
+    shutil.copytree(tiny_bundle_dir, twin_dir)
+    quantization = Quantization(
+        method="onnxruntime.quantization.quantize_dynamic",
+        weight_type="QInt8",
+        per_channel=True,
+        activations="uint8, scale per batch at run time",
+        source_bundle=fp32.name,
+        source_bundle_hash=fp32.content_hash,
+        cosine_to_fp32=CosineToFP32(texts=6, mean=0.99, min=0.98),
+    )
+    twin = write_manifest(twin_dir, replace(fp32, name="tiny-int8", quantization=quantization))
+    assert cpu_recipe_on_gpu(twin, [CPU]) is None
+    assert cpu_recipe_on_gpu(fp32, [CUDA, CPU]) is None
+
+    monkeypatch.setattr(OnnxEncoder, "providers", property(lambda self: [CUDA, CPU]))
+    with caplog.at_level(logging.WARNING, logger="service"):
+        load_runtime(make_settings(twin_dir, tmp_path / "index")).collection.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [cpu_recipe_on_gpu(twin, [CUDA, CPU])]
+    assert "bundle 'tiny-int8' has a quantised encoder" in warnings[0]
+    assert f"fp32 source bundle 'tiny' (content hash {fp32.content_hash[:12]})" in warnings[0]
 
 
 def test_service_never_imports_torch_or_training() -> None:

@@ -113,15 +113,45 @@ def test_error_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     assert "unknown dataset 'nope'" in done.stderr
 
 
-def test_run_trains_evaluates_and_exports_a_bundle(tmp_path: Path) -> None:
+def test_run_refuses_an_occupied_twin_folder_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    twin = tmp_path / "out" / "bundle-int8"
+    twin.mkdir(parents=True)
+    (twin / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["run", "--dataset", "imdb", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: bundle directory {twin} is not empty (pass --overwrite)\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bundle-int8"]
+
+
+def test_run_trains_evaluates_and_exports_a_bundle_and_its_fast_twin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "clinc"
+    # 120 test texts measure a twin's k-NN cost to about a point: the bound is lifted here.
     code = main(
         ["run", "--dataset", "clinc150", "--max-train", "600", "--max-test", "120",
          "--objectives", "v5,mrl", "--seeds", "42,123", "--epochs", "1", "--lr", "1e-3",
-         "--out", str(out), "--no-progress"]
+         "--out", str(out), "--no-progress", "--max-knn-cost", "inf"]
     )  # fmt: skip
     assert code == 0
     manifest = load_bundle(out / "bundle")
+    # The fast twin, beside the bundle and checked on the run's own rows: its fp32 k-NN
+    # accuracies are the bundle's evaluation's (ONNX, not torch: within a text or so).
+    twin = load_bundle(out / "bundle-int8")
+    assert twin.name == "clinc150-v5-int8"
+    assert twin.quantization.source_bundle_hash == manifest.content_hash
+    cost = twin.quantization.knn_cost
+    assert (cost.dataset, cost.train_texts, cost.test_texts) == ("clinc150", 600, 120)
+    accuracy = manifest.evaluation["knn_accuracy"]  # [level][prefix], prefixes 64 … 256
+    assert cost.coarse.fp32 == pytest.approx(accuracy[0][0], abs=0.01)
+    assert cost.fine.fp32 == pytest.approx(accuracy[1][-1], abs=0.01)
+    printed = capsys.readouterr().out
+    assert f"bundle: {out / 'bundle'} (" in printed
+    assert f"fast twin: {out / 'bundle-int8'} (dynamic int8" in printed
+    assert f"cost {cost.points:.2f} k-NN points (domain@64d" in printed
     assert manifest.objective == "v5"
     assert manifest.prefix_dims == (64, 128, 192, 256)
     # The shortlist prefix is measured on the run's data: recorded whichever prefix it is.
@@ -206,7 +236,7 @@ def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
     out = tmp_path / "run"
     args = ["run", "--dataset", str(data), "--level-names", "type,detail", "--objectives", "v5",
             "--seeds", "42", "--epochs", "1", "--batch-size", "8", "--lr", "1e-3",
-            "--out", str(out), "--no-progress"]  # fmt: skip
+            "--out", str(out), "--no-progress", "--no-fast-twin"]  # fmt: skip
 
     assert main(args) == 2
     offset = content.index("ü".encode("latin-1"))
@@ -217,6 +247,7 @@ def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
     assert not out.exists()
 
     assert main([*args, "--encoding", "latin-1"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bundle", "report", "runs"]  # no twin
     others = {"ENTY / other", "LOC / other", "NUM / other"}
     manifest = load_bundle(out / "bundle")
     assert [level.name for level in manifest.hierarchy] == ["type", "detail"]
@@ -234,3 +265,26 @@ def test_run_on_a_latin_1_file_where_a_name_repeats_under_three_parents(
         splits.train.texts + splits.test.texts
     )
     assert splits.hierarchy.to_json()["levels"] == manifest.to_json()["hierarchy"]["levels"]
+
+    # `fractal export` of the run writes the fast twin too; its k-NN bound refuses it with one
+    # error line, after the fp32 bundle (the same graphs on the same rows cost the same).
+    exported = tmp_path / "exported"
+    export = ["export", str(out / "runs" / "v5-seed42"), "--out", str(exported), "--no-progress"]
+    capsys.readouterr()
+    assert main([*export, "--max-knn-cost", "inf"]) == 0
+    cost = load_bundle(tmp_path / "exported-int8").quantization.knn_cost
+    assert (cost.coarse.level, cost.fine.level) == ("type", "detail")
+    assert f"fast twin: {tmp_path / 'exported-int8'} (" in capsys.readouterr().out
+    bound = str(cost.points - 0.01)
+    assert main([*export, "--overwrite", "--max-knn-cost", bound]) == 2
+    err = capsys.readouterr().err  # the encoder's loading bars, then the error line
+    error = err.splitlines()[-1]
+    assert "Traceback" not in err and err.count("error: ") == 1
+    assert error.startswith("error: the quantised encoder costs ")
+    assert error.endswith(
+        f"(--max-knn-cost): not written; the fp32 bundle {exported} is written, and "
+        f"{tmp_path / 'exported-int8'} still holds the twin of an earlier bundle "
+        "(--no-fast-twin skips the twin)"
+    )
+    stale = load_bundle(tmp_path / "exported-int8").quantization
+    assert stale.source_bundle_hash != load_bundle(exported).content_hash

@@ -1,8 +1,10 @@
-"""``fractal quantize``: the int8 twin of a real bundle, its manifest, and every refusal."""
+"""``fractal quantize`` and the fast twin: the int8 twin of a real bundle, its manifest (cosines
+and k-NN cost), and every refusal."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -15,18 +17,30 @@ from bundle import ENCODER_FILE, MANIFEST_FILE, load_bundle
 from tests.service.bundles import v5_bundle
 from training import quantize
 from training.bundle_embeddings import onnx_embeddings
-from training.cli import main
+from training.cli import MAX_KNN_COST, build_parser, main
+from training.data.dataset import DatasetSplits
+from training.data.registry import load_dataset
 from training.errors import FractalError
-from training.quantize import MIN_MEAN_COSINE, Quantisation, quantize_bundle, row_cosines
+from training.evaluation.knn import knn_accuracy_table
+from training.quantize import (
+    MIN_MEAN_COSINE,
+    Quantisation,
+    describe_knn_cost,
+    quantize_bundle,
+    row_cosines,
+    twin_dir,
+)
 
-TEXTS = [
-    "how do i freeze my card",
-    "what is the weather like in paris tomorrow",
-    "book a table for two at an italian place",
-    "set an alarm for seven",
-    "transfer fifty dollars to my savings account",
-    "what's my credit score",
-]
+TRAIN, TEST = 300, 60
+UNBOUNDED = math.inf
+"""The k-NN cost bound of the tests that need a twin written: 60 test texts measure the cost to
+a couple of points, so only the tests of the bound itself set one."""
+
+
+@pytest.fixture(scope="module")
+def data() -> DatasetSplits:
+    """CLINC-150 rows, the V5 test bundle's labels (domain, intent)."""
+    return load_dataset("clinc150", max_train=TRAIN, max_test=TEST)
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +49,17 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def quantized(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def quantized(source: Path, data: DatasetSplits, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("quantized") / "bundle"
-    quantize_bundle(source, out, TEXTS)
+    quantize_bundle(source, out, data, max_knn_cost_points=UNBOUNDED)
     return out
+
+
+@pytest.fixture(scope="module")
+def embeddings(source: Path, quantized: Path, data: DatasetSplits) -> tuple[np.ndarray, ...]:
+    """Both graphs' embeddings of the training texts, then the test texts."""
+    texts = [*data.train.texts, *data.test.texts]
+    return onnx_embeddings(source, texts), onnx_embeddings(quantized, texts)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -60,15 +81,57 @@ def test_the_twin_is_a_verified_bundle_with_an_int8_encoder(source: Path, quanti
     quantization = int8.quantization
     assert quantization.weight_type == "QInt8" and quantization.per_channel is True
     assert quantization.source_bundle_hash == fp32.content_hash
-    assert quantization.cosine_to_fp32.texts == len(TEXTS)
+    assert quantization.cosine_to_fp32.texts == TRAIN + TEST
 
 
-def test_recorded_cosines_are_those_of_the_two_graphs(source: Path, quantized: Path) -> None:
-    cosines = row_cosines(onnx_embeddings(source, TEXTS), onnx_embeddings(quantized, TEXTS))
+def test_recorded_cosines_are_those_of_the_two_graphs(
+    quantized: Path, embeddings: tuple[np.ndarray, ...]
+) -> None:
+    cosines = row_cosines(*embeddings)
     recorded = load_bundle(quantized).quantization.cosine_to_fp32
     assert recorded.mean == pytest.approx(float(cosines.mean()), abs=1e-5)
     assert recorded.min == pytest.approx(float(cosines.min()), abs=1e-5)
     assert MIN_MEAN_COSINE <= recorded.min <= recorded.mean < 1.0  # close, not identical
+
+
+def test_recorded_knn_cost_is_that_of_the_two_graphs(
+    quantized: Path, data: DatasetSplits, embeddings: tuple[np.ndarray, ...]
+) -> None:
+    """Domain labels at the coarse prefix (64), intent labels at the fine one (256), k = 5."""
+    accuracy = {
+        name: knn_accuracy_table(
+            vectors[:TRAIN], data.train.labels, vectors[TRAIN:], data.test.labels, [64, 256]
+        )
+        for name, vectors in zip(("fp32", "int8"), embeddings, strict=True)
+    }
+    cost = load_bundle(quantized).quantization.knn_cost
+    assert (cost.dataset, cost.k, cost.train_texts, cost.test_texts) == ("clinc150", 5, 300, 60)
+    assert (cost.coarse.level, cost.coarse.dim, cost.fine.level, cost.fine.dim) == (
+        "domain", 64, "intent", 256
+    )
+    assert cost.coarse.fp32 == pytest.approx(accuracy["fp32"][0, 0])
+    assert cost.coarse.quantized == pytest.approx(accuracy["int8"][0, 0])
+    assert cost.fine.fp32 == pytest.approx(accuracy["fp32"][1, 1])
+    assert cost.fine.quantized == pytest.approx(accuracy["int8"][1, 1])
+    assert cost.coarse.fp32 > 0.5  # a trained bundle, not chance (1 in 10 domains)
+    drops = [cost.coarse.fp32 - cost.coarse.quantized, cost.fine.fp32 - cost.fine.quantized]
+    assert cost.points == pytest.approx(100 * max(drops))
+    assert describe_knn_cost(cost).startswith(f"{cost.points:.2f} k-NN points (domain@64d ")
+
+
+def test_a_twin_that_costs_more_than_the_bound_is_refused(
+    source: Path, quantized: Path, data: DatasetSplits, tmp_path: Path
+) -> None:
+    """The same graphs on the same texts cost the same: just under the recorded cost refuses,
+    the recorded cost itself passes."""
+    points = load_bundle(quantized).quantization.knn_cost.points
+    with pytest.raises(
+        FractalError, match=r"costs .* k-NN points .* more than the .* allowed \(--max-knn-cost\)"
+    ):
+        quantize_bundle(source, tmp_path / "refused", data, max_knn_cost_points=points - 0.01)
+    assert list(tmp_path.iterdir()) == []  # neither the twin nor its staging folder
+    written = quantize_bundle(source, tmp_path / "kept", data, max_knn_cost_points=points)
+    assert written.quantization.knn_cost.points == points
 
 
 def test_row_cosines() -> None:
@@ -78,51 +141,70 @@ def test_row_cosines() -> None:
 
 
 def test_refusals_leave_everything_as_it_was(
-    source: Path, quantized: Path, tmp_path: Path
+    source: Path, quantized: Path, data: DatasetSplits, tmp_path: Path
 ) -> None:
     source_manifest = (source / MANIFEST_FILE).read_bytes()
+
+    def refused(source_dir: Path, out: Path, rows: DatasetSplits = data, bound: float = 1.0):
+        return quantize_bundle(source_dir, out, rows, max_knn_cost_points=bound)
+
     with pytest.raises(FractalError, match="already quantised"):
-        quantize_bundle(quantized, tmp_path / "twice", TEXTS)
+        refused(quantized, tmp_path / "twice")
     with pytest.raises(FractalError, match="must differ from the source"):
-        quantize_bundle(source, source, TEXTS)
-    with pytest.raises(FractalError, match="non-empty check texts"):
-        quantize_bundle(source, tmp_path / "no-texts", ["", "  "])
+        refused(source, source)
+    with pytest.raises(FractalError, match="must be a number of points"):
+        refused(source, tmp_path / "nan", bound=math.nan)
+    with pytest.raises(FractalError, match="needs labelled training and test texts"):
+        refused(source, tmp_path / "no-texts", DatasetSplits(data.train, data.test.subset([])))
+    three_levels = load_dataset("clinc150-3level", max_train=TRAIN, max_test=TEST)
+    with pytest.raises(FractalError, match="trained on other labels .* pass the bundle's"):
+        refused(source, tmp_path / "other-labels", three_levels)
     with pytest.raises(FractalError, match="not found"):
-        quantize_bundle(tmp_path / "missing", tmp_path / "out", TEXTS)
+        refused(tmp_path / "missing", tmp_path / "out")
     occupied = tmp_path / "occupied"
     occupied.mkdir()
     (occupied / "keep.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(FractalError, match="not empty"):
-        quantize_bundle(source, occupied, TEXTS)
+        refused(source, occupied)
     assert (occupied / "keep.txt").read_text(encoding="utf-8") == "mine"
     assert (source / MANIFEST_FILE).read_bytes() == source_manifest
-    assert not (tmp_path / "twice").exists() and not (tmp_path / "no-texts").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["occupied"]  # no staging left
 
 
-def test_a_tampered_source_is_refused(source: Path, tmp_path: Path) -> None:
+def test_a_tampered_source_is_refused(
+    source: Path, data: DatasetSplits, tmp_path: Path
+) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)
     (copy / ENCODER_FILE).write_bytes(b"not the exported graph")
     with pytest.raises(FractalError, match="does not match its sha256"):
-        quantize_bundle(copy, tmp_path / "out", TEXTS)
+        quantize_bundle(copy, tmp_path / "out", data, max_knn_cost_points=UNBOUNDED)
 
 
 def test_a_graph_far_from_fp32_is_refused_and_not_written(
-    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: Path, data: DatasetSplits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Stand-in for a broken quantisation: the cosines the check computes come out at 0.5.
     monkeypatch.setattr(quantize, "row_cosines", lambda a, b: np.full(len(a), 0.5))
     with pytest.raises(FractalError, match="mean cosine 0.5000 .* not written"):
-        quantize_bundle(source, tmp_path / "out", TEXTS)
+        quantize_bundle(source, tmp_path / "out", data, max_knn_cost_points=UNBOUNDED)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_overwrite_replaces_a_bundle(source: Path, tmp_path: Path) -> None:
+def test_overwrite_replaces_a_bundle(source: Path, data: DatasetSplits, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    quantize_bundle(source, out, TEXTS[:2], name="first")
-    written = quantize_bundle(source, out, TEXTS, name="second", overwrite=True)
+    fewer = DatasetSplits(data.train.subset(range(50)), data.test.subset(range(10)))
+    quantize_bundle(source, out, fewer, max_knn_cost_points=UNBOUNDED, name="first")
+    written = quantize_bundle(
+        source, out, data, max_knn_cost_points=UNBOUNDED, name="second", overwrite=True
+    )
     assert load_bundle(out) == written and written.name == "second"
+
+
+def test_the_twin_of_a_bundle_sits_beside_it(tmp_path: Path, monkeypatch) -> None:
+    assert twin_dir(tmp_path / "run" / "bundle") == tmp_path / "run" / "bundle-int8"
+    monkeypatch.chdir(tmp_path)
+    assert twin_dir(Path(".")) == tmp_path.parent / f"{tmp_path.name}-int8"
 
 
 def test_per_tensor_recipe_is_described_and_recorded() -> None:
@@ -133,21 +215,36 @@ def test_per_tensor_recipe_is_described_and_recorded() -> None:
 
 def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "int8"
-    assert main(["quantize", str(source), "--out", str(out), "--check-texts", "40"]) == 0
+    args = ["quantize", str(source), "--out", str(out), "--max-train", "300", "--max-test", "60"]
+    assert build_parser().parse_args(args).max_knn_cost == MAX_KNN_COST == 0.5
+    assert main([*args, "--max-knn-cost", "inf"]) == 0
     printed = capsys.readouterr().out
-    assert f"bundle: {out}" in printed and "cosine to fp32 on 40 clinc150 texts" in printed
-    assert load_bundle(out).quantization.cosine_to_fp32.texts == 40
-    assert main(["quantize", str(source), "--out", str(out)]) == 2
+    quantization = load_bundle(out).quantization
+    cosine, cost = quantization.cosine_to_fp32, quantization.knn_cost
+    assert printed == (
+        f"bundle: {out} ({Quantisation().describe()}; cosine to fp32 on 360 clinc150 texts: "
+        f"mean {cosine.mean:.4f}, min {cosine.min:.4f}; cost {describe_knn_cost(cost)} on 60 "
+        "test texts)\n"
+    )
+    assert main([*args, "--max-knn-cost", "inf"]) == 2
     assert "is not empty (pass --overwrite)" in capsys.readouterr().err
+    refused = tmp_path / "refused"
+    bound = str(cost.points - 0.01)
+    assert main([*args[:3], str(refused), *args[4:], "--max-knn-cost", bound]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the quantised encoder costs ") and err.count("\n") == 1
+    assert err.endswith(f"more than the {float(bound):g} allowed (--max-knn-cost): not written\n")
+    assert not refused.exists()
 
 
 def test_cli_runs_without_torch(source: Path, tmp_path: Path) -> None:
     """``fractal quantize`` needs ONNX Runtime and the bundle format, never torch."""
-    argv = ["quantize", str(source), "--out", str(tmp_path / "int8"), "--check-texts", "6"]
+    argv = ["quantize", str(source), "--out", str(tmp_path / "int8"), "--max-train", "40",
+            "--max-test", "6", "--max-knn-cost", "inf"]  # fmt: skip
     code = (
         "import sys; from training.cli import main; "
         f"sys.exit(main({argv!r}) or 3 * ('torch' in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
     assert result.returncode == 0
-    assert load_bundle(tmp_path / "int8").quantization.cosine_to_fp32.texts == 6
+    assert load_bundle(tmp_path / "int8").quantization.cosine_to_fp32.texts == 46
