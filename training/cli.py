@@ -113,7 +113,14 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_max_knn_cost_option(parser: argparse.ArgumentParser) -> None:
+def _add_twin_check_options(parser: argparse.ArgumentParser) -> None:
+    """``--recipe`` and ``--max-knn-cost``: how a twin is quantised and what it may cost."""
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="how the twin's encoder is quantised: openvino-int8 (the default: static int8 for "
+        "OpenVINO) or onnxruntime-int8 (dynamic int8 for ONNX Runtime)",
+    )
     parser.add_argument(
         "--max-knn-cost",
         type=float,
@@ -131,7 +138,7 @@ def _add_fast_twin_options(parser: argparse.ArgumentParser) -> None:
         help="write the fp32 bundle only, not its fast twin beside it (the bundle's folder + "
         "-int8: `fractal quantize`'s int8 copy, checked on the bundle's data)",
     )
-    _add_max_knn_cost_option(parser)
+    _add_twin_check_options(parser)
 
 
 def _generic_options(args: argparse.Namespace) -> dict:
@@ -297,9 +304,9 @@ def _check_bundle_dirs(bundle_dir: Path, args: argparse.Namespace) -> None:
 
 def _write_fast_twin(bundle_dir: Path, data, args: argparse.Namespace) -> None:
     """The int8 twin of the bundle just exported, beside it, checked on the bundle's own data."""
-    from training.quantize import Quantisation, quantize_bundle, twin_dir
+    from training.quantize import quantize_bundle, twin_dir
 
-    twin, recipe = twin_dir(bundle_dir), Quantisation()
+    twin, recipe = twin_dir(bundle_dir), _recipe(args)
     try:
         manifest = quantize_bundle(
             bundle_dir,
@@ -317,6 +324,16 @@ def _write_fast_twin(bundle_dir: Path, data, args: argparse.Namespace) -> None:
             "(--no-fast-twin skips the twin)"
         ) from None
     _print_twin("fast twin", twin, manifest, recipe)
+
+
+def _recipe(args: argparse.Namespace):
+    """The :class:`training.quantize.Recipe` that ``--recipe`` names (default: the default)."""
+    from training.quantize import DEFAULT_RECIPE, RECIPES
+
+    name = args.recipe or DEFAULT_RECIPE
+    if name not in RECIPES:
+        raise FractalError(f"--recipe must be one of {', '.join(RECIPES)}, not {name!r}")
+    return RECIPES[name]
 
 
 def _print_twin(label: str, twin: Path, manifest, recipe) -> None:
@@ -381,9 +398,9 @@ def _cmd_export_identity(args):
 
 def _cmd_quantize(args):
     from training.data.registry import load_dataset
-    from training.quantize import Quantisation, quantize_bundle
+    from training.quantize import quantize_bundle
 
-    recipe = Quantisation()
+    recipe = _recipe(args)
     data = load_dataset(  # the rows DataConfig(...).load() reads, without its torch imports
         args.dataset,
         seed=args.data_seed,
@@ -811,13 +828,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     quantize = commands.add_parser(
         "quantize",
-        help="a copy of a bundle with a dynamic int8 encoder (faster on CPU), checked on the "
+        help="a copy of a bundle with an int8 encoder (faster on CPU), checked on the "
         "bundle's dataset (the --dataset options: its test texts among its training texts)",
     )
     quantize.add_argument("bundle", type=Path, help="the fp32 bundle (left unchanged)")
     quantize.add_argument("--out", type=Path, required=True, help="the new bundle's folder")
     _add_data_options(quantize)
-    _add_max_knn_cost_option(quantize)
+    _add_twin_check_options(quantize)
     quantize.add_argument("--name", help="bundle name (default: the source's name + -int8)")
     quantize.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     quantize.set_defaults(handler=_cmd_quantize)

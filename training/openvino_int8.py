@@ -6,7 +6,7 @@ back as ONNX with QuantizeLinear/DequantizeLinear pairs around those MatMuls (we
 per-channel, symmetric). OpenVINO's CPU plugin turns each pair into an int8 kernel; LayerNorm,
 Softmax and GELU stay in floating point, as the transformer preset asks.
 
-Against ONNX Runtime's dynamic int8 (:class:`training.quantize.Quantisation`), nothing is
+Against ONNX Runtime's dynamic int8 (:class:`training.quantize.DynamicInt8`), nothing is
 measured per batch at run time, and the attention matmuls are int8 too: the encoder benchmark
 (``benchmarks/encoder_throughput``) measures the speed and quality of both. The graph is still
 ``encoder.onnx``, so ONNX Runtime runs it too, correctly but slower.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +55,28 @@ def quantize_for_openvino(
         subset_size=len(chosen),
     )
     onnx.save(model, str(target))
+
+
+@dataclass(frozen=True)
+class OpenVinoInt8:
+    """The recipe (:class:`training.quantize.Recipe`): :func:`quantize_for_openvino`."""
+
+    runtime: str = "openvino"
+
+    def describe(self) -> str:
+        return (
+            f"static int8 (NNCF, transformer preset), scales fitted on {CALIBRATION_TEXTS} "
+            "training texts, for OpenVINO"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The recipe's fields of the manifest's :class:`bundle.Quantization`."""
+        return {
+            "method": "nncf.quantize (ONNX QuantizeLinear/DequantizeLinear)",
+            "weight_type": "QInt8",
+            "per_channel": True,
+            "activations": f"int8, static scales fitted on {CALIBRATION_TEXTS} training texts",
+        }
+
+    def quantize(self, source: Path, target: Path, tokenizer: Tokenizer, texts: list[str]) -> None:
+        quantize_for_openvino(source, target, tokenizer, texts)

@@ -1,18 +1,25 @@
-"""Dynamic int8 quantisation of a bundle's encoder: the fast twin of a bundle.
+"""Int8 quantisation of a bundle's encoder: the fast twin of a bundle.
 
-ONNX Runtime's ``quantize_dynamic`` stores the weights of every MatMul / Gemm of ``encoder.onnx``
-as int8 and quantises activations per batch at run time. The encoder benchmark
-(``benchmarks/encoder_throughput``) measured the default recipe here, QInt8 weights with
-per-channel scales, at about 1.8× the fp32 graph's throughput on one CPU thread for 0.4 points of
-CLINC-150 k-NN accuracy; per-tensor scales cost 1.7 points. It is a CPU recipe: on CUDA its
-integer operators fall back to the CPU, and the fp32 bundle is the one to serve there.
+Two recipes (:data:`RECIPES`), each for the runtime it runs fastest on:
+
+- ``openvino-int8`` (the default, :class:`training.openvino_int8.OpenVinoInt8`): NNCF's static
+  int8, scales fitted on the dataset's training texts, run by OpenVINO. The encoder benchmark
+  (``benchmarks/encoder_throughput``) measured it fastest of the CPU recipes, and the closest
+  to fp32;
+- ``onnxruntime-int8`` (:class:`DynamicInt8`): ONNX Runtime's ``quantize_dynamic``, int8
+  weights of every MatMul / Gemm with per-channel scales, activations quantised per batch at
+  run time (per-tensor scales cost 1.7 k-NN points in the benchmark).
+
+Both are CPU recipes: on CUDA integer operators fall back to the CPU, and the fp32 bundle is the
+one to serve there.
 
 The result is a new bundle: every file of the source copied, ``encoder.onnx`` replaced, and the
-manifest's ``quantization`` saying how it was made, from which bundle (its content hash) and what
-it costs against the fp32 graph on a labelled dataset: the cosines of the two graphs' embeddings,
-and k-NN accuracy (coarse labels at the coarse prefix, fine labels at the fine one). A twin that
-costs more than a bound in either is refused. Its content hash differs from the source's, so the
-service will not mix its vectors with an index built by the fp32 encoder.
+manifest's ``quantization`` saying how it was made, for which runtime, from which bundle (its
+content hash) and what it costs against the fp32 graph on a labelled dataset (measured on the
+runtime it is made for): the cosines of the two graphs' embeddings, and k-NN accuracy (coarse
+labels at the coarse prefix, fine labels at the fine one). A twin that costs more than a bound
+in either is refused. Its content hash differs from the source's, so the service will not mix
+its vectors with an index built by the fp32 encoder.
 
 ``fractal quantize`` writes a twin of any bundle; ``fractal run`` and ``fractal export`` write one
 beside the fp32 bundle they export (:func:`twin_dir`).
@@ -26,12 +33,15 @@ import shutil
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from tokenizers import Tokenizer
 
 from bundle import (
     ENCODER_FILE,
+    TOKENIZER_FILE,
     CosineToFP32,
     KnnCost,
     KnnProbe,
@@ -46,6 +56,7 @@ from training.bundle_embeddings import onnx_embeddings
 from training.data.dataset import DatasetSplits
 from training.errors import FractalError, bundle_errors_as_fractal
 from training.evaluation.knn import knn_accuracy_table
+from training.openvino_int8 import OpenVinoInt8
 
 MIN_MEAN_COSINE = 0.9
 """Below this mean cosine to the fp32 embeddings the quantised graph is refused as broken. The
@@ -59,12 +70,28 @@ TWIN_SUFFIX = "-int8"
 """A twin's name and folder are its source's with this suffix."""
 
 
+class Recipe(Protocol):
+    """How a twin's graph is made: the runtime it is for, a description, the manifest fields it
+    fills, and the writing of the quantised graph (fitted on ``texts``, where it fits)."""
+
+    runtime: str
+
+    def describe(self) -> str: ...
+
+    def to_json(self) -> dict[str, object]: ...
+
+    def quantize(self, source: Path, target: Path, tokenizer: Tokenizer, texts: list[str]) -> None:
+        """Write the quantised graph of the ONNX model ``source`` to ``target``."""
+        ...
+
+
 @dataclass(frozen=True)
-class Quantisation:
-    """One ``quantize_dynamic`` recipe."""
+class DynamicInt8:
+    """One ``quantize_dynamic`` recipe, for ONNX Runtime."""
 
     weight_type: QuantType = QuantType.QInt8
     per_channel: bool = True
+    runtime: str = "onnxruntime"
 
     def describe(self) -> str:
         scale = "per-channel" if self.per_channel else "per-tensor"
@@ -79,18 +106,22 @@ class Quantisation:
             "activations": "uint8, scale per batch at run time",
         }
 
+    def quantize(self, source: Path, target: Path, tokenizer: Tokenizer, texts: list[str]) -> None:
+        """Nothing to fit: ``tokenizer`` and ``texts`` are not used."""
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # quantize_dynamic warns "consider pre-processing" each call
+        try:
+            quantize_dynamic(
+                source, target, weight_type=self.weight_type, per_channel=self.per_channel
+            )
+        finally:
+            root.setLevel(level)
 
-def quantize_encoder(source: Path, target: Path, recipe: Quantisation) -> None:
-    """Write the dynamically quantised graph of the ONNX model ``source`` to ``target``."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quantize_dynamic warns "consider pre-processing" every call
-    try:
-        quantize_dynamic(
-            source, target, weight_type=recipe.weight_type, per_channel=recipe.per_channel
-        )
-    finally:
-        root.setLevel(level)
+
+RECIPES: dict[str, Recipe] = {"openvino-int8": OpenVinoInt8(), "onnxruntime-int8": DynamicInt8()}
+"""The recipes by the name ``--recipe`` takes."""
+DEFAULT_RECIPE = "openvino-int8"
 
 
 def twin_dir(bundle_dir: Path) -> Path:
@@ -173,7 +204,7 @@ def quantize_bundle(
     data: DatasetSplits,
     *,
     max_knn_cost_points: float,
-    recipe: Quantisation = Quantisation(),
+    recipe: Recipe = RECIPES[DEFAULT_RECIPE],
     name: str | None = None,
     overwrite: bool = False,
 ) -> Manifest:
@@ -207,8 +238,11 @@ def quantize_bundle(
             if relative != ENCODER_FILE:
                 (staging / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(bundle_dir / relative, staging / relative)
-        quantize_encoder(bundle_dir / ENCODER_FILE, staging / ENCODER_FILE, recipe)
-        fp32, quantized = onnx_embeddings(bundle_dir, texts), onnx_embeddings(staging, texts)
+        tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
+        train_texts = list(data.train.texts)
+        recipe.quantize(bundle_dir / ENCODER_FILE, staging / ENCODER_FILE, tokenizer, train_texts)
+        fp32 = onnx_embeddings(bundle_dir, texts)
+        quantized = onnx_embeddings(staging, texts, recipe.runtime)
         cosines = row_cosines(fp32, quantized)
         mean = float(np.mean(cosines))
         if not mean >= MIN_MEAN_COSINE:
@@ -231,6 +265,7 @@ def quantize_bundle(
                 texts=len(texts), mean=round(mean, 6), min=round(float(np.min(cosines)), 6)
             ),
             knn_cost=cost,
+            runtime=recipe.runtime,
         )
         draft = replace(
             source,

@@ -19,12 +19,12 @@ from onnxruntime.quantization import QuantType
 from onnxruntime.transformers import optimizer
 
 from bundle import ENCODER_FILE, TOKENIZER_FILE
-from training.quantize import Quantisation, quantize_encoder
+from training.quantize import DynamicInt8
 
-QUANTISATIONS: dict[str, Quantisation] = {
-    "ort_int8_s8": Quantisation(QuantType.QInt8, per_channel=False),
-    "ort_int8_u8": Quantisation(QuantType.QUInt8, per_channel=False),
-    "ort_int8_s8_per_channel": Quantisation(QuantType.QInt8, per_channel=True),
+QUANTISATIONS: dict[str, DynamicInt8] = {
+    "ort_int8_s8": DynamicInt8(QuantType.QInt8, per_channel=False),
+    "ort_int8_u8": DynamicInt8(QuantType.QUInt8, per_channel=False),
+    "ort_int8_s8_per_channel": DynamicInt8(QuantType.QInt8, per_channel=True),
 }
 """The last is ``fractal quantize``'s default recipe."""
 
@@ -51,7 +51,7 @@ def fused_variant(bundle_dir: Path, folder: Path) -> dict:
     return {name: count for name, count in fused.items() if count}
 
 
-def quantised_variant(bundle_dir: Path, folder: Path, recipe: Quantisation) -> None:
+def quantised_variant(bundle_dir: Path, folder: Path, recipe: DynamicInt8) -> None:
     """Write the dynamically quantised graph of the bundle's encoder to ``folder``."""
     target = variant_folder(bundle_dir, folder)
-    quantize_encoder(bundle_dir / ENCODER_FILE, target / ENCODER_FILE, recipe)
+    recipe.quantize(bundle_dir / ENCODER_FILE, target / ENCODER_FILE, None, [])

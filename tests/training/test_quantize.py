@@ -24,7 +24,7 @@ from training.errors import FractalError
 from training.evaluation.knn import knn_accuracy_table
 from training.quantize import (
     MIN_MEAN_COSINE,
-    Quantisation,
+    DynamicInt8,
     describe_knn_cost,
     quantize_bundle,
     row_cosines,
@@ -35,6 +35,9 @@ TRAIN, TEST = 300, 60
 UNBOUNDED = math.inf
 """The k-NN cost bound of the tests that need a twin written: 60 test texts measure the cost to
 a couple of points, so only the tests of the bound itself set one."""
+QUICK = DynamicInt8()
+"""The recipe of the tests whose point is not the recipe: seconds, where NNCF's calibration
+takes about 20 s on one core."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,8 @@ def quantized(source: Path, data: DatasetSplits, tmp_path_factory: pytest.TempPa
 def embeddings(source: Path, quantized: Path, data: DatasetSplits) -> tuple[np.ndarray, ...]:
     """Both graphs' embeddings of the training texts, then the test texts."""
     texts = [*data.train.texts, *data.test.texts]
-    return onnx_embeddings(source, texts), onnx_embeddings(quantized, texts)
+    runtime = load_bundle(quantized).quantization.runtime
+    return onnx_embeddings(source, texts), onnx_embeddings(quantized, texts, runtime)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -80,6 +84,8 @@ def test_the_twin_is_a_verified_bundle_with_an_int8_encoder(source: Path, quanti
     )
     quantization = int8.quantization
     assert quantization.weight_type == "QInt8" and quantization.per_channel is True
+    # The default recipe: static int8 for OpenVINO, which the service then runs it on.
+    assert quantization.runtime == "openvino" and quantization.method.startswith("nncf")
     assert quantization.source_bundle_hash == fp32.content_hash
     assert quantization.cosine_to_fp32.texts == TRAIN + TEST
 
@@ -187,16 +193,19 @@ def test_a_graph_far_from_fp32_is_refused_and_not_written(
     # Stand-in for a broken quantisation: the cosines the check computes come out at 0.5.
     monkeypatch.setattr(quantize, "row_cosines", lambda a, b: np.full(len(a), 0.5))
     with pytest.raises(FractalError, match="mean cosine 0.5000 .* not written"):
-        quantize_bundle(source, tmp_path / "out", data, max_knn_cost_points=UNBOUNDED)
+        quantize_bundle(
+            source, tmp_path / "out", data, max_knn_cost_points=UNBOUNDED, recipe=QUICK
+        )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_overwrite_replaces_a_bundle(source: Path, data: DatasetSplits, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     fewer = DatasetSplits(data.train.subset(range(50)), data.test.subset(range(10)))
-    quantize_bundle(source, out, fewer, max_knn_cost_points=UNBOUNDED, name="first")
+    quantize_bundle(source, out, fewer, max_knn_cost_points=UNBOUNDED, name="first", recipe=QUICK)
     written = quantize_bundle(
-        source, out, data, max_knn_cost_points=UNBOUNDED, name="second", overwrite=True
+        source, out, data, max_knn_cost_points=UNBOUNDED, name="second", overwrite=True,
+        recipe=QUICK,
     )
     assert load_bundle(out) == written and written.name == "second"
 
@@ -208,21 +217,22 @@ def test_the_twin_of_a_bundle_sits_beside_it(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_per_tensor_recipe_is_described_and_recorded() -> None:
-    recipe = Quantisation(per_channel=False)
+    recipe = DynamicInt8(per_channel=False)
     assert "per-tensor" in recipe.describe()
     assert recipe.to_json()["per_channel"] is False
 
 
 def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "int8"
-    args = ["quantize", str(source), "--out", str(out), "--max-train", "300", "--max-test", "60"]
+    args = ["quantize", str(source), "--out", str(out), "--max-train", "300", "--max-test", "60",
+            "--recipe", "onnxruntime-int8"]  # fmt: skip
     assert build_parser().parse_args(args).max_knn_cost == MAX_KNN_COST == 0.5
     assert main([*args, "--max-knn-cost", "inf"]) == 0
     printed = capsys.readouterr().out
     quantization = load_bundle(out).quantization
     cosine, cost = quantization.cosine_to_fp32, quantization.knn_cost
     assert printed == (
-        f"bundle: {out} ({Quantisation().describe()}; cosine to fp32 on 360 clinc150 texts: "
+        f"bundle: {out} ({DynamicInt8().describe()}; cosine to fp32 on 360 clinc150 texts: "
         f"mean {cosine.mean:.4f}, min {cosine.min:.4f}; cost {describe_knn_cost(cost)} on 60 "
         "test texts)\n"
     )
@@ -237,13 +247,26 @@ def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert not refused.exists()
 
 
+def test_cli_refuses_an_unknown_recipe(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "int8"
+    assert main(["quantize", str(source), "--out", str(out), "--recipe", "int4"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --recipe must be one of openvino-int8, onnxruntime-int8, not 'int4'\n"
+    )
+    assert not out.exists()
+
+
 def test_cli_runs_without_torch(source: Path, tmp_path: Path) -> None:
-    """``fractal quantize`` needs ONNX Runtime and the bundle format, never torch."""
+    """``fractal quantize`` (the default recipe) needs ONNX Runtime, NNCF and the bundle format,
+    never torch: it runs with ``import torch`` made to fail. (NNCF imports torch where it is
+    installed, and works without it.)"""
     argv = ["quantize", str(source), "--out", str(tmp_path / "int8"), "--max-train", "40",
             "--max-test", "6", "--max-knn-cost", "inf"]  # fmt: skip
     code = (
-        "import sys; from training.cli import main; "
-        f"sys.exit(main({argv!r}) or 3 * ('torch' in sys.modules))"
+        "import sys; sys.modules['torch'] = None; from training.cli import main; "
+        f"sys.exit(main({argv!r}))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
     assert result.returncode == 0
