@@ -70,7 +70,7 @@ from benchmarks.harness.markdown import bullet_list, markdown_table
 from benchmarks.harness.paragraphs import paragraphs
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option, yes_no
 from benchmarks.harness.served_runtime import ServedRuntime
-from benchmarks.harness.wrk import has_wrk, run_wrk
+from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import TOKENIZER_FILE, load_bundle
 from service.encoder import OnnxEncoder
 from service.settings import Settings as ServiceSettings
@@ -112,8 +112,10 @@ class Settings:
         "threads of every engine: torch threads, ONNX Runtime intra-op threads, fastembed's "
         "threads, the service's encoder threads",
     )
-    fastembed: bool = option(True, "time fastembed (exports MiniLM to ONNX first)", parse=yes_no)
-    http: bool = option(True, "time POST /embed through HTTP with wrk", parse=yes_no)
+    fastembed: bool = option(
+        True, "time fastembed (exports MiniLM to ONNX first): yes or no", parse=yes_no
+    )
+    http: bool = option(True, "time POST /embed through HTTP with wrk: yes or no", parse=yes_no)
     fused: bool = True
     """Also time the graph fused offline by ONNX Runtime's transformer optimiser."""
     batch_sizes: tuple[int, ...] = (32, 128)
@@ -124,7 +126,7 @@ class Settings:
     throughput_rounds: int = 2
     latency_texts: int = 200
     settle_ms: float = 100.0
-    """Idle time after every engine call (:class:`RoundRobin`)."""
+    """Idle time after every engine call (:class:`RoundRobin`): over twice the longest spin."""
     http_concurrency: tuple[int, ...] = (1, 8, 32)
     http_seconds: float = 10.0
     http_warmup_seconds: float = 2.0
@@ -161,7 +163,8 @@ SMOKE = Settings(
     knn_train=200,
     knn_test=40,
 )
-"""The smoke run skips the fused graph: the transformer optimiser alone takes seconds."""
+"""The smoke run skips the fused graph (the transformer optimiser alone takes seconds) and pauses
+only 5 ms after a call: its numbers check the plumbing, not the speed."""
 
 
 # -- engines ----------------------------------------------------------------------------------
@@ -228,9 +231,10 @@ def onnx_variants(bundle_dir: Path, work: Path, fused: bool) -> dict[str, str]:
 class RoundRobin:
     """Times one engine call at a time, then idles ``settle_s`` (untimed) before the next call.
 
-    Some libraries leave their threads spinning after a call (PyTorch's OpenMP pool, fastembed's
-    ONNX Runtime session: 10 to 60 ms at 2 threads on the development machine); without the
-    pause that spinning would take a core from whichever engine is timed next. The CPU the
+    Some libraries leave their threads spinning after a call (at 2 threads on the development
+    machine: PyTorch's OpenMP pool for 10 to 20 ms, fastembed's ONNX Runtime session for about
+    40 ms); without the pause that spinning would take a core from whichever engine is timed
+    next. The CPU the
     process burns during the pauses is kept per engine (:meth:`idle_cpu_ms`), so the report
     shows who spins.
     """
@@ -307,6 +311,34 @@ def token_counts(bundle_dir: Path, texts: Sequence[str]) -> dict[str, float]:
 # -- through HTTP -----------------------------------------------------------------------------
 
 
+def http_cell(
+    base_url: str,
+    metrics: httpx.Client,
+    requests: Sequence[HttpRequest],
+    connections: int,
+    settings: Settings,
+) -> dict:
+    """wrk at ``connections`` open connections (``http_warmup_seconds`` untimed, then
+    ``http_seconds``): texts a second, latency, errors, and the texts per encoder call that
+    the service's own histograms saw (read from ``/metrics`` through ``metrics``)."""
+    if settings.http_warmup_seconds > 0:
+        run_wrk(base_url, requests, connections, settings.http_warmup_seconds)
+    before = metric_samples(metrics)
+    result = run_wrk(base_url, requests, connections, settings.http_seconds)
+    server = server_means(before, metric_samples(metrics))
+    return {
+        "concurrency": connections,
+        "texts_per_s": result.ok_qps,
+        "p50_ms": result.p50_ms,
+        "p90_ms": result.p90_ms,
+        "p99_ms": result.p99_ms,
+        "requests": result.requests,
+        "errors": result.errors,
+        "texts_per_encode_call": server["texts_per_encode_call"],
+        "wrk_cpu_percent": result.client_cpu_percent,
+    }
+
+
 def http_embed(
     bundle_dir: Path,
     workloads: Mapping[str, Sequence[str]],
@@ -314,9 +346,9 @@ def http_embed(
     work: Path,
     progress: Progress,
 ) -> dict:
-    """``POST /embed`` with one text per request, driven by wrk at each concurrency of each
-    workload (``http_warmup_seconds`` untimed, then ``http_seconds``), with what the service's
-    own histograms saw (texts per encoder call); ``{"skipped": why}`` without wrk."""
+    """``POST /embed`` with one text per request (:func:`http_cell`) at each concurrency of each
+    workload, the service started on the bundle with the thread budget; ``{"skipped": why}``
+    without wrk."""
     if not settings.http:
         return {"skipped": "not asked for (--http no)"}
     if not has_wrk():
@@ -329,36 +361,16 @@ def http_embed(
             for workload, texts in workloads.items():
                 requests = workload_requests(EMBED, texts, 0)
                 for connections in settings.http_concurrency:
-                    if settings.http_warmup_seconds > 0:
-                        run_wrk(
-                            process.base_url, requests, connections, settings.http_warmup_seconds
-                        )
-                    before = metric_samples(metrics)
-                    result = run_wrk(process.base_url, requests, connections, settings.http_seconds)
-                    server = server_means(before, metric_samples(metrics))
-                    rows.append(
-                        {
-                            "workload": workload,
-                            "concurrency": connections,
-                            "texts_per_s": result.ok_qps,
-                            "p50_ms": result.p50_ms,
-                            "p90_ms": result.p90_ms,
-                            "p99_ms": result.p99_ms,
-                            "requests": result.requests,
-                            "errors": result.errors,
-                            "texts_per_encode_call": server["texts_per_encode_call"],
-                            "wrk_cpu_percent": result.client_cpu_percent,
-                        }
-                    )
+                    cell = http_cell(process.base_url, metrics, requests, connections, settings)
+                    rows.append({"workload": workload} | cell)
                     progress(
-                        f"HTTP {workload} c={connections}: {result.ok_qps:.0f} texts/s, "
-                        f"p50 {result.p50_ms:.2f} ms"
+                        f"HTTP {workload} c={connections}: {cell['texts_per_s']:.0f} texts/s, "
+                        f"p50 {cell['p50_ms']:.2f} ms"
                     )
     finally:
         process.shut_down()
-    return {"service_settings": {f"FRACTAL_{k.upper()}": v for k, v in service.items()}} | {
-        "rows": rows
-    }
+    settings_used = {f"FRACTAL_{key.upper()}": value for key, value in service.items()}
+    return {"service_settings": settings_used, "rows": rows}
 
 
 # -- quality ----------------------------------------------------------------------------------
