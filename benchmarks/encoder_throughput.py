@@ -1,7 +1,7 @@
 """Encoder throughput and latency against the peers users would pick, and the quality cost of
 the ONNX Runtime variants.
 
-    python -m benchmarks encoder_throughput                        # full run, about 12 min
+    python -m benchmarks encoder_throughput                        # full run, about 10 min
     python -m benchmarks encoder_throughput --smoke --out DIR      # tiny, under a minute
 
 Every engine runs on the same thread budget (``--threads``, default 2) and reads the same texts
