@@ -36,6 +36,11 @@ def _version(import_name: str) -> str | None:
     return None
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's feature flags as the kernel reports them (``lscpu``, from ``/proc/cpuinfo``)."""
+    return _lscpu().get("Flags", "").split()
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

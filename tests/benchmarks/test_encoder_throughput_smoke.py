@@ -6,7 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.encoder_throughput import FP32, SMOKE, TORCH
+from benchmarks.encoder_throughput import (
+    FASTEMBED,
+    FP32,
+    HTTP,
+    PARAGRAPHS,
+    RUNTIME,
+    SMOKE,
+    TORCH,
+    UTTERANCES,
+)
+from benchmarks.harness.wrk import has_wrk
 from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import v5_bundle
 
@@ -25,18 +35,50 @@ def test_encoder_throughput_smoke_run(tmp_path: Path, v5_bundle_dir: Path) -> No
 
     assert report["smoke"] is True
     machine = report["machine"]
-    assert machine["torch_threads"] == machine["ort_intra_op_threads"] == SMOKE.threads
-    assert "load_average_1_5_15_min_at_end" in machine
+    budget = SMOKE.threads
+    assert machine["torch_threads"] == machine["ort_intra_op_threads"] == budget
+    assert machine["fastembed_threads"] == machine["service_encoder_threads"] == budget
+    assert (
+        "load_average_1_5_15_min_at_end" in machine and "avx512_vnni" in machine["cpu_kernel_flags"]
+    )
 
-    encoders = list(report["encoders"])
-    assert encoders[:2] == [TORCH, FP32] and any(n.startswith("ort_int8") for n in encoders)
-    for rates in report["throughput_texts_per_s"].values():
-        assert set(rates) == set(encoders) and all(rate > 0 for rate in rates.values())
+    engines = list(report["engines"])
+    variants = report["onnx_variants"]
+    assert engines[:3] == [TORCH, FASTEMBED, FP32] and engines[-1] == RUNTIME
+    assert variants == engines[2:-1] and any(n.startswith("ort_int8") for n in variants)
+    assert report["fastembed_check"]["cosine_min"] >= SMOKE.min_fastembed_cosine
+
+    workloads = report["data"]["workloads"]
+    tokens = {name: row["tokens"]["mean"] for name, row in workloads.items()}
+    assert tokens[UTTERANCES] < 20 and 40 <= tokens[PARAGRAPHS] <= 60
+    assert set(report["throughput_texts_per_s"]) == {UTTERANCES, PARAGRAPHS}
+    for by_size in report["throughput_texts_per_s"].values():
+        assert list(by_size) == [str(size) for size in SMOKE.batch_sizes]
+        for rates in by_size.values():
+            assert set(rates) == set(engines) and all(rate > 0 for rate in rates.values())
+    for by_size in report["service_runtime"]["texts_per_encode_call"].values():
+        assert all(
+            1.0 <= texts <= report["service_runtime"]["settings"]["max_batch_size"]
+            for texts in by_size.values()
+        )
+    assert (
+        set(report["single_text_latency"]) == set(engines) == set(report["idle_cpu_ms_after_call"])
+    )
     for latency in report["single_text_latency"].values():
         assert 0 < latency["p50_ms"] <= latency["p99_ms"]
 
+    http = report["http"]
+    if has_wrk():
+        cells = {(row["workload"], row["concurrency"]) for row in http["rows"]}
+        assert cells == {(w, c) for w in (UTTERANCES, PARAGRAPHS) for c in SMOKE.http_concurrency}
+        assert all(
+            row["texts_per_s"] > 0 and sum(row["errors"].values()) == 0 for row in http["rows"]
+        )
+    else:
+        assert "wrk" in http["skipped"]
+
     quality = report["quality"]
-    assert set(quality) == set(encoders) - {TORCH}
+    assert list(quality) == variants
     for row in quality.values():
         cosines = [value for key, value in row.items() if key.startswith("cosine")]
         assert cosines and all(-1.0 <= value <= 1.0 + 1e-6 for value in cosines)
@@ -45,4 +87,4 @@ def test_encoder_throughput_smoke_run(tmp_path: Path, v5_bundle_dir: Path) -> No
     # The service's own fp32 encoder is the reference: identical to itself.
     assert quality[FP32]["cosine_min"] == pytest.approx(1.0, abs=1e-5)
     assert quality[FP32]["knn_cost_points"] == 0.0
-    assert {row["encoder"] for row in report["targets"]} <= set(quality)
+    assert {row["encoder"] for row in report["targets"]} == set(variants) | {HTTP}
