@@ -33,7 +33,11 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
     ``router.json`` if any)."""
     try:
         encoder = OnnxEncoder(
-            settings.bundle_dir, manifest, settings.threads, settings.encoder_spin
+            settings.bundle_dir,
+            manifest,
+            settings.threads,
+            settings.encoder_spin,
+            batch_tokens=settings.batch_tokens,
         )
         router = GranularityRouter(
             settings.bundle_dir,
@@ -94,6 +98,10 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         max_depth=settings.queue_depth,
         queue_deadline_s=settings.queue_deadline_ms / 1000,
         timeout_s=settings.request_timeout_ms / 1000,
+        tokenize=encoder.token_ids,
+        policy=settings.batch_policy,
+        batch_tokens=settings.batch_tokens,
+        window=settings.batch_window,
     )
     return Runtime(
         settings,
