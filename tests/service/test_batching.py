@@ -26,7 +26,7 @@ from service.metrics import Metrics
 from service.settings import Settings, describe_settings_error
 from service.startup import load_runtime
 from tests.service.gated import WAIT_S, GatedEncoder, SteppedEncoder, gated_batcher, until
-from tests.service.helpers import make_settings
+from tests.service.helpers import make_settings, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -426,7 +426,7 @@ async def test_a_caller_that_leaves_while_its_texts_are_tokenised_queues_nothing
 # -- settings ------------------------------------------------------------------------------------
 
 
-def test_batching_settings_reach_the_queue_and_the_encoder(
+def test_batching_settings_reach_the_queue_the_encoder_and_info(
     tiny_bundle_dir: Path, tmp_path: Path
 ) -> None:
     settings = make_settings(
@@ -437,13 +437,17 @@ def test_batching_settings_reach_the_queue_and_the_encoder(
         batch_window=64,
         max_batch_size=16,
     )
-    runtime = load_runtime(settings)
-    try:
+    with serve(settings) as client:
+        runtime = client.app.state.runtime
         assert runtime.batcher.policy == "fifo"
         assert runtime.batcher.window == 16  # fifo looks at the max_batch oldest only
         assert runtime.batcher.batch_tokens == runtime.encoder.batch_tokens == 4096
-    finally:
-        runtime.collections.close()
+        limits = client.get("/info").json()["limits"]
+    assert (limits["batch_policy"], limits["batch_tokens"], limits["batch_window"]) == (
+        "fifo",
+        4096,
+        64,
+    )
     defaults = Settings(bundle_dir=tiny_bundle_dir)
     assert (defaults.batch_policy, defaults.batch_tokens, defaults.batch_window) == (
         "length",
