@@ -9,7 +9,7 @@ loop never blocks on inference. While a batch runs, the next one fills.
 Which texts make a batch is the ``policy``:
 
 - ``length`` (default): the oldest queued text, always (so none waits for more batches than
-  there are texts ahead of it), and the texts of the ``window`` oldest closest to it in token
+  there are texts ahead of it), and, of the ``window`` oldest, the texts closest to it in token
   count, while the batch stays within ``batch_tokens`` padded tokens
   (:func:`service.length_batches.nearest_batch`). Short texts are not padded to long ones, and a
   long text does not make a batch of short ones slow;
@@ -49,12 +49,15 @@ from service.metrics import Metrics
 
 SMOOTHING = 0.2
 """Weight of the newest batch in the running mean of encoder seconds per text."""
+INLINE_TOKENISE_TEXTS = 8
 INLINE_TOKENISE_CHARS = 1024
-"""Requests with at most this many characters of text are tokenised on the event loop, larger
-ones in a thread. Tokenising costs about 15 µs plus 0.3 µs a character (MiniLM's tokenizer, on
-the 2 shared cores the benchmarks run on), and a hop to a thread and back about 75 µs: a query
-or a few short texts (most requests) is cheaper inline, and the loop never stalls for more than
-about 0.3 ms on one, while a request of 128 texts of 8,192 characters (0.4 s) goes to a thread."""
+"""Requests of at most :data:`INLINE_TOKENISE_TEXTS` texts and this many characters are
+tokenised on the event loop, larger ones in a thread. On the 2 shared cores the benchmarks run
+on, MiniLM's tokenizer takes 5 µs plus 0.2 µs a character for one text, and about 40 µs plus
+7 µs a text plus 0.25 µs a character for several, while a hop to a thread and back costs about
+75 µs: a query or a few short texts (most requests) is cheaper inline, and the loop stalls for at
+most about 0.35 ms on one; 128 texts of 50 characters (2 ms) or of 8,192 (0.4 s) go to a
+thread."""
 
 BatchPolicy = Literal["length", "fifo"]
 """How the queue makes a batch; see the module docstring."""
@@ -225,7 +228,8 @@ class MicroBatcher:
         caller = CALLER.get() or Caller()
         count = len(texts)
         self._check_queueable(caller, count)
-        if sum(len(text) for text in texts if isinstance(text, str)) > INLINE_TOKENISE_CHARS:
+        characters = sum(len(text) for text in texts if isinstance(text, str))
+        if count > INLINE_TOKENISE_TEXTS or characters > INLINE_TOKENISE_CHARS:
             token_ids = await asyncio.to_thread(self._tokenize, texts)
             self._check_queueable(caller, count)  # the queue, and the caller, moved on meanwhile
         else:

@@ -17,7 +17,13 @@ import pytest
 from pydantic import ValidationError
 
 from service.app import create_app
-from service.batching import CALLER, INLINE_TOKENISE_CHARS, Caller, MicroBatcher
+from service.batching import (
+    CALLER,
+    INLINE_TOKENISE_CHARS,
+    INLINE_TOKENISE_TEXTS,
+    Caller,
+    MicroBatcher,
+)
 from service.encoder import Encoded, EncoderInput, OnnxEncoder
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.length_batches import padded_tokens
@@ -368,7 +374,7 @@ async def test_every_batch_stays_within_the_token_budget(encoder: OnnxEncoder) -
     await batcher.stop()
 
 
-async def test_a_large_request_is_tokenised_in_a_thread_a_small_one_on_the_event_loop(
+async def test_large_requests_are_tokenised_in_a_thread_small_ones_on_the_event_loop(
     encoder: OnnxEncoder,
 ) -> None:
     threads: list[threading.Thread] = []
@@ -383,12 +389,13 @@ async def test_a_large_request_is_tokenised_in_a_thread_a_small_one_on_the_event
         gated, Metrics(), max_batch=8, max_wait_s=0.0, max_depth=16, tokenize=tokenize
     )
     batcher.start()
-    small = ["a short query"]
-    large = ["x" * (INLINE_TOKENISE_CHARS // 2 + 1), "y" * (INLINE_TOKENISE_CHARS // 2)]
-    _assert_encodes(encoder, small, await batcher.embed(small))
-    _assert_encodes(encoder, large, await batcher.embed(large))
-    assert threads[0] is threading.current_thread()
-    assert threads[1] is not threading.current_thread()
+    small = ["a short query", "and another"]
+    long = ["x" * (INLINE_TOKENISE_CHARS // 2 + 1), "y" * (INLINE_TOKENISE_CHARS // 2)]
+    many = [f"text {i}" for i in range(INLINE_TOKENISE_TEXTS + 1)]
+    for texts in (small, long, many):
+        _assert_encodes(encoder, texts, await batcher.embed(texts))
+    loop_thread = threading.current_thread()
+    assert [thread is loop_thread for thread in threads] == [True, False, False]
     await batcher.stop()
 
 
