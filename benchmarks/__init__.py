@@ -30,6 +30,7 @@ benchmark imports another.
 
 BENCHMARKS = (
     "backends",
+    "batching",
     "bulk_embed",
     "c2f_sfs_pq",
     "cache_load",

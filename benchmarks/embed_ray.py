@@ -118,7 +118,12 @@ def embed_once(path: str, corpus: Path, out: Path, settings: Settings, node: Pat
     )
     encoders = None
     if path == "ray":
-        encoders = partial(RayEncoders, actors=settings.workers, cache_root=node)
+        encoders = partial(
+            RayEncoders,
+            actors=settings.workers,
+            cache_root=node,
+            batch_tokens=settings.batch_tokens,
+        )
     start = time.perf_counter()
     embed_corpus(corpus, settings.bundle, out, options, encoders)
     return time.perf_counter() - start

@@ -1,11 +1,12 @@
 """``fractal embed``: a corpus → Parquet shards of full vectors, with the bundle's ONNX encoder.
 
 The corpus is read in shards of ``shard_size`` records, in order; a shard's texts are sorted by
-token count and cut into batches of at most ``batch_tokens`` padded tokens, so that short texts
-are not padded to long ones. Each shard is written atomically (:func:`bulk.shards.write_shard`)
-with the bundle's hash in it, so a rerun skips every shard that is already there, valid, made by
-this bundle with this dtype, and holds the same records; a missing, partial or stale one is
-redone. ``embed.json`` in the output folder describes the finished run.
+token count and cut into batches of at most ``batch_tokens`` padded tokens
+(:func:`service.length_batches.token_batches`), so that short texts are not padded to long ones.
+Each shard is written atomically (:func:`bulk.shards.write_shard`) with the bundle's hash in it,
+so a rerun skips every shard that is already there, valid, made by this bundle with this dtype,
+and holds the same records; a missing, partial or stale one is redone. ``embed.json`` in the
+output folder describes the finished run.
 
 Who encodes the batches is the one thing that varies, behind :class:`Encoders`: by default
 :class:`ProcessEncoders`, worker processes on this machine each running one
@@ -35,11 +36,11 @@ from bulk.errors import BulkError
 from bulk.shards import DTYPES, FORMAT_VERSION, ShardHeader, read_shard, shard_name, write_shard
 from bundle import TOKENIZER_FILE, BundleError, Manifest, load_bundle
 from service.encoder import OnnxEncoder
+from service.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 from service.settings import available_cores
 
 RUN_FILE = "embed.json"
 DEFAULT_SHARD_ROWS = 50_000
-DEFAULT_BATCH_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -75,22 +76,6 @@ class EmbedSummary:
     redone: int
 
 
-def token_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
-    """Positions of texts grouped into batches by token count: sorted, shortest first, each
-    batch at most ``budget`` padded tokens (its size × its longest text; a text longer than the
-    budget is a batch of its own)."""
-    batches: list[np.ndarray] = []
-    current: list[int] = []
-    for position in np.argsort(lengths, kind="stable"):
-        if current and (len(current) + 1) * int(lengths[position]) > budget:
-            batches.append(np.array(current, dtype=np.int64))
-            current = []
-        current.append(int(position))
-    if current:
-        batches.append(np.array(current, dtype=np.int64))
-    return batches
-
-
 Job = tuple[np.ndarray, list[str]]
 """One encoder batch: the positions of its texts in their shard, and the texts."""
 
@@ -118,9 +103,9 @@ EncodersFactory = Callable[[Path, Manifest], Encoders]
 _worker_encoder: OnnxEncoder | None = None
 
 
-def _start_worker(bundle_dir: Path, manifest: Manifest) -> None:
+def _start_worker(bundle_dir: Path, manifest: Manifest, batch_tokens: int) -> None:
     global _worker_encoder
-    _worker_encoder = OnnxEncoder(bundle_dir, manifest, threads=1)
+    _worker_encoder = OnnxEncoder(bundle_dir, manifest, threads=1, batch_tokens=batch_tokens)
 
 
 def _encode(job: Job) -> tuple[np.ndarray, np.ndarray]:
@@ -131,10 +116,17 @@ def _encode(job: Job) -> tuple[np.ndarray, np.ndarray]:
 
 class ProcessEncoders:
     """:class:`Encoders` on this machine: a pool of ``processes`` worker processes, each with
-    one ONNX session on one intra-op thread, started on first use."""
+    one ONNX session on one intra-op thread, started on first use. ``batch_tokens`` is the
+    workers' encoder budget: the run's, so that they run each job whole."""
 
-    def __init__(self, bundle_dir: Path, manifest: Manifest, processes: int) -> None:
-        self._arguments = (bundle_dir, manifest)
+    def __init__(
+        self,
+        bundle_dir: Path,
+        manifest: Manifest,
+        processes: int,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    ) -> None:
+        self._arguments = (bundle_dir, manifest, batch_tokens)
         self._processes = processes
         self._pool = None
 
@@ -195,7 +187,11 @@ def embed_corpus(
     options = options or EmbedOptions()
     options.check()
     if encoders is None:
-        encoders = partial(ProcessEncoders, processes=options.workers or available_cores())
+        encoders = partial(
+            ProcessEncoders,
+            processes=options.workers or available_cores(),
+            batch_tokens=options.batch_tokens,
+        )
     try:
         manifest = load_bundle(bundle_dir)
     except BundleError as exc:

@@ -57,6 +57,7 @@ from bulk.embed import Job
 from bulk.errors import BulkError
 from bundle import ENCODER_FILE, TOKENIZER_FILE, Manifest
 from service.encoder import OnnxEncoder
+from service.length_batches import DEFAULT_BATCH_TOKENS
 from service.settings import available_cores
 
 logger = logging.getLogger(__name__)
@@ -166,17 +167,21 @@ def node_copy(manifest: Manifest, fetch: Callable[[], BundleFiles], root: Path) 
 
 class EncoderActor:
     """A Ray Data actor: one ONNX session on one intra-op thread, on the node's copy of the
-    bundle; a batch of rows ``job``, ``texts`` → rows ``job``, ``vectors`` (the float32 vectors,
-    row-major, as bytes)."""
+    bundle, with the run's ``batch_tokens``; a batch of rows ``job``, ``texts`` → rows ``job``,
+    ``vectors`` (the float32 vectors, row-major, as bytes)."""
 
     def __init__(
-        self, manifest: Manifest, files: list[ray.ObjectRef], cache_root: str | None
+        self,
+        manifest: Manifest,
+        files: list[ray.ObjectRef],
+        cache_root: str | None,
+        batch_tokens: int,
     ) -> None:
         # ``files`` holds the reference in a list, so that Ray does not fetch it before this
         # runs: only the node's first actor does, and only when the node has no copy yet.
         root = Path(cache_root or tempfile.gettempdir()) / NODE_CACHE
         folder = node_copy(manifest, lambda: ray.get(files[0]), root)
-        self._encoder = OnnxEncoder(folder, manifest, threads=1)
+        self._encoder = OnnxEncoder(folder, manifest, threads=1, batch_tokens=batch_tokens)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         vectors = [
@@ -214,7 +219,9 @@ class RayEncoders:
     """:class:`bulk.embed.Encoders` on a Ray cluster (see the module docstring): ``actors``
     Ray Data actors (0: one per CPU of the cluster), on the cluster at ``address``. The
     connection is made and the bundle put into the object store on the first :meth:`encode`.
-    ``cache_root`` is where nodes keep their copy (default: each node's temporary folder)."""
+    ``cache_root`` is where nodes keep their copy (default: each node's temporary folder);
+    ``batch_tokens`` is the actors' encoder budget (the run's, so that they run each job
+    whole)."""
 
     def __init__(
         self,
@@ -223,12 +230,14 @@ class RayEncoders:
         address: str = LOCAL,
         actors: int = 0,
         cache_root: Path | None = None,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> None:
         self._bundle_dir = bundle_dir
         self._manifest = manifest
         self._address = address
         self._actors = actors
         self._cache_root = None if cache_root is None else str(cache_root)
+        self._batch_tokens = batch_tokens
         self._connection = ExitStack()
         self._files: ray.ObjectRef | None = None
 
@@ -260,6 +269,7 @@ class RayEncoders:
                     "manifest": self._manifest,
                     "files": [files],
                     "cache_root": self._cache_root,
+                    "batch_tokens": self._batch_tokens,
                 },
                 compute=ray.data.ActorPoolStrategy(size=min(self._actors, len(rows))),
                 num_cpus=1,

@@ -3,9 +3,12 @@ on OpenVINO for a graph quantised for it (:func:`chosen_runtime`).
 
 An input is a text, which the tokenizer file turns into token ids (truncated at the backbone's max
 tokens, special tokens added), or token ids already made that way (the OpenAI API's token-array
-input), which are the sequence as given. A batch is padded on the right to its longest sequence,
-with an attention mask over the real tokens. The graph returns the full, unnormalised embedding;
-slicing and normalising prefixes is the caller's business (:mod:`service.embedding`).
+input, or texts the encoder queue tokenised when it queued them), which are the sequence as given.
+One call is run in sub-batches of similar length, each at most a budget of padded tokens
+(:func:`service.length_batches.token_batches`), each padded on the right to its own longest
+sequence, with an attention mask over the real tokens; the rows come back in the caller's order.
+The graph returns the full, unnormalised embedding; slicing and normalising prefixes is the
+caller's business (:mod:`service.embedding`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
 from bundle.openvino_session import OpenVinoSession, openvino_installed
+from service.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 from service.limits import TokenIds
 
 CUDA = "CUDAExecutionProvider"
@@ -85,8 +89,8 @@ class Encoded:
 
 
 class OnnxEncoder:
-    """Texts (or token ids) → full embeddings, one batch per call. Thread-safe, but meant for
-    one thread."""
+    """Texts (or token ids) → full embeddings, in sub-batches of at most ``batch_tokens``
+    padded tokens. Thread-safe, but meant for one thread."""
 
     def __init__(
         self,
@@ -95,7 +99,10 @@ class OnnxEncoder:
         threads: int,
         spin: bool = False,
         runtime: EncoderRuntime = "auto",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> None:
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
         self.dim = manifest.dim
         self.max_tokens = manifest.backbone.max_tokens
         self.tokenizer = Tokenizer.from_file(str(bundle_dir / TOKENIZER_FILE))
@@ -111,31 +118,46 @@ class OnnxEncoder:
         )
         self.threads = threads
         self.spin = spin
+        self.batch_tokens = batch_tokens
 
     @property
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
 
-    def token_ids(self, inputs: Sequence[EncoderInput]) -> list[Sequence[int]]:
+    def token_ids(self, inputs: Sequence[EncoderInput]) -> list[TokenIds]:
         """Each input as the token ids the graph reads: a text tokenised (without the
         tokenizer's padding), token ids as given."""
         texts = [item for item in inputs if isinstance(item, str)]
         encodings = iter(self.tokenizer.encode_batch(texts) if texts else ())
-        sequences: list[Sequence[int]] = []
+        sequences: list[TokenIds] = []
         for item in inputs:
             if isinstance(item, str):
                 encoding = next(encodings)
                 pairs = zip(encoding.ids, encoding.attention_mask, strict=True)
-                sequences.append([token for token, real in pairs if real])
+                sequences.append(tuple(token for token, real in pairs if real))
             else:
                 sequences.append(item)
         return sequences
 
+    def sub_batches(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """The positions of each sub-batch :meth:`encode` runs for inputs of these token
+        counts."""
+        return token_batches(lengths, self.batch_tokens)
+
     def encode(self, inputs: Sequence[EncoderInput]) -> Encoded:
-        """Full embeddings of texts or token ids, and the tokens each was read as."""
+        """Full embeddings of texts or token ids, in their order, and the tokens each was read
+        as; run in :meth:`sub_batches`."""
         sequences = self.token_ids(inputs)
         lengths = np.array([len(ids) for ids in sequences], dtype=np.int64)
-        input_ids = np.full((len(sequences), int(lengths.max())), self.pad_id, dtype=np.int64)
+        vectors = np.empty((len(sequences), self.dim), dtype=np.float32)
+        for positions in self.sub_batches(lengths):
+            vectors[positions] = self._run([sequences[p] for p in positions])
+        return Encoded(vectors, lengths)
+
+    def _run(self, sequences: list[TokenIds]) -> np.ndarray:
+        """One graph call: the sequences padded to the longest, with their attention mask."""
+        longest = max(len(ids) for ids in sequences)
+        input_ids = np.full((len(sequences), longest), self.pad_id, dtype=np.int64)
         attention_mask = np.zeros_like(input_ids)
         for row, ids in enumerate(sequences):
             input_ids[row, : len(ids)] = ids
@@ -143,10 +165,9 @@ class OnnxEncoder:
         (vectors,) = self.session.run(
             [EMBEDDING], {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         )
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape != (len(inputs), self.dim):
+        if vectors.shape != (len(sequences), self.dim):
             raise RuntimeError(
                 f"{ENCODER_FILE} returned shape {vectors.shape}, "
-                f"expected ({len(inputs)}, {self.dim})"
+                f"expected ({len(sequences)}, {self.dim})"
             )
-        return Encoded(vectors, lengths)
+        return vectors

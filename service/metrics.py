@@ -61,7 +61,7 @@ class Metrics:
         )
         self.encode_seconds = Histogram(
             "fractal_encode_duration_seconds",
-            "Time of one encoder call (tokenise + ONNX), per batch.",
+            "Time of one encoder call (ONNX; its texts were tokenised when queued), per batch.",
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )

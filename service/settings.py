@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis.connection import parse_url
 
 from index import HnswParams, PqParams
+from service.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
@@ -52,6 +53,24 @@ class Settings(BaseSettings):
     )
     search_threads: int = Field(1, ge=0, description="FAISS OpenMP threads per search; 0 = cores")
     max_batch_size: int = Field(32, ge=1, description="texts per encoder call")
+    batch_policy: Literal["length", "fifo"] = Field(
+        "length",
+        description="how the encoder queue makes a batch: length = its oldest text and the "
+        "texts of batch_window closest to it in token count; fifo = its oldest texts",
+    )
+    batch_tokens: int = Field(
+        DEFAULT_BATCH_TOKENS,
+        ge=1,
+        description="padded tokens (texts × the longest's tokens) per encoder batch: where the "
+        "length policy stops a batch, and the size of the sub-batches the encoder cuts any "
+        "larger call into",
+    )
+    batch_window: int = Field(
+        DEFAULT_BATCH_WINDOW,
+        ge=1,
+        description="queued texts, from the oldest, that the length policy picks a batch from "
+        "(at least max_batch_size)",
+    )
     max_wait_ms: float = Field(
         0.0, ge=0, description="how long an idle encoder waits for a batch to fill; 0 = not at all"
     )
@@ -191,6 +210,11 @@ class Settings(BaseSettings):
             raise ValueError("fine_index_kinds must list each kind once")
         if self.default_k > self.max_k:
             raise ValueError(f"default_k ({self.default_k}) must not exceed max_k ({self.max_k})")
+        if self.batch_policy == "length" and self.batch_window < self.max_batch_size:
+            raise ValueError(
+                f"batch_window ({self.batch_window}) must be at least max_batch_size "
+                f"({self.max_batch_size}), or no batch could be full"
+            )
         if self.queue_depth < self.max_texts:
             raise ValueError(
                 f"queue_depth ({self.queue_depth}) must be at least max_texts ({self.max_texts}), "

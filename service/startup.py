@@ -60,6 +60,7 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
             settings.threads,
             settings.encoder_spin,
             settings.encoder_runtime,
+            batch_tokens=settings.batch_tokens,
         )
         router = GranularityRouter(
             settings.bundle_dir,
@@ -122,6 +123,10 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         max_depth=settings.queue_depth,
         queue_deadline_s=settings.queue_deadline_ms / 1000,
         timeout_s=settings.request_timeout_ms / 1000,
+        tokenize=encoder.token_ids,
+        policy=settings.batch_policy,
+        batch_tokens=settings.batch_tokens,
+        window=settings.batch_window,
     )
     return Runtime(
         settings,

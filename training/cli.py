@@ -715,7 +715,12 @@ def _cmd_embed(args):
     if args.ray is not None:
         from bulk.ray_embed import RayEncoders
 
-        encoders = partial(RayEncoders, address=args.ray, actors=options.workers)
+        encoders = partial(
+            RayEncoders,
+            address=args.ray,
+            actors=options.workers,
+            batch_tokens=options.batch_tokens,
+        )
     try:
         summary = embed_corpus(args.corpus, args.bundle, args.out, options, encoders)
     except BulkError as exc:

@@ -72,6 +72,11 @@ class Limits(FromAttributes):
     max_k: int
     c2f_factor: int
     max_batch_size: int
+    batch_policy: Literal["length", "fifo"] = Field(
+        description="How the encoder queue makes a batch (FRACTAL_BATCH_POLICY)."
+    )
+    batch_tokens: int = Field(description="Padded tokens per encoder batch at most.")
+    batch_window: int = Field(description="Queued texts the length policy picks a batch from.")
     max_wait_ms: float
     queue_depth: int
 

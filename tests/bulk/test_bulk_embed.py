@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bulk.embed import RUN_FILE, token_batches
+from bulk.embed import RUN_FILE
 from bulk.shards import read_shard, shard_name
 from bundle import load_bundle
 from service.encoder import OnnxEncoder
@@ -149,10 +149,3 @@ def test_an_unreadable_corpus_and_bad_options_end_with_one_error_line(
     status, _, err = _embed(capsys, corpus, tiny_bundle_dir, tmp_path / "out", "--shard-size", 0)
     assert_one_error(status, err, "--shard-size must be at least 1")
 
-
-def test_token_batches_sort_by_length_within_the_budget() -> None:
-    lengths = np.array([5, 30, 3, 10, 40, 4])
-    batches = token_batches(lengths, budget=40)
-    assert [list(batch) for batch in batches] == [[2, 5, 0, 3], [1], [4]]
-    assert all(len(b) * lengths[b].max() <= 40 for b in batches)
-    assert list(np.concatenate(batches)) == list(np.argsort(lengths, kind="stable"))

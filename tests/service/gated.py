@@ -1,6 +1,6 @@
 """The real encoder behind a gate that a test opens, for tests of the encoder queue: while the
 gate is shut the encoder thread is busy, so what is queued, merged, refused or dropped is
-decided by the test, not by timing."""
+decided by the test, not by timing. :class:`SteppedEncoder` lets one batch through at a time."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from service.batching import MicroBatcher
 from service.encoder import Encoded, OnnxEncoder
+from service.limits import TokenIds
 from service.metrics import Metrics
 
 WAIT_S = 30.0
@@ -17,20 +18,40 @@ WAIT_S = 30.0
 
 
 class GatedEncoder:
-    """The real encoder, recording batch sizes; each call waits until the gate is open."""
+    """The real encoder, recording each batch's size and token counts; each call waits until
+    the gate is open."""
 
     def __init__(self, encoder: OnnxEncoder) -> None:
         self.encoder = encoder
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.batch_sizes: list[int] = []
+        self.batch_lengths: list[list[int]] = []
 
-    def __call__(self, texts: list[str]) -> Encoded:
-        self.batch_sizes.append(len(texts))
+    def __call__(self, token_ids: list[TokenIds]) -> Encoded:
+        self.batch_sizes.append(len(token_ids))
+        self.batch_lengths.append([len(ids) for ids in token_ids])
         self.entered.set()
-        if not self.gate.wait(WAIT_S):
+        if not self._wait():
             raise TimeoutError("the test never opened the gate")
-        return self.encoder.encode(texts)
+        return self.encoder.encode(token_ids)
+
+    def _wait(self) -> bool:
+        return self.gate.wait(WAIT_S)
+
+
+class SteppedEncoder(GatedEncoder):
+    """A :class:`GatedEncoder` that lets one call through per :meth:`step`."""
+
+    def __init__(self, encoder: OnnxEncoder) -> None:
+        super().__init__(encoder)
+        self._steps = threading.Semaphore(0)
+
+    def step(self) -> None:
+        self._steps.release()
+
+    def _wait(self) -> bool:
+        return self._steps.acquire(timeout=WAIT_S)
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -42,8 +63,9 @@ async def until(condition: Callable[[], bool]) -> None:
     raise AssertionError("condition never held")
 
 
-def gated_batcher(gated: GatedEncoder, metrics: Metrics, **options: float) -> MicroBatcher:
-    """A queue in front of ``gated``: no wait for a batch to fill, batches of 8 and a depth of
-    16 texts unless ``options`` say otherwise (any of :class:`MicroBatcher`'s keywords)."""
+def gated_batcher(gated: GatedEncoder, metrics: Metrics, **options: object) -> MicroBatcher:
+    """A queue in front of ``gated``, tokenising with its encoder: no wait for a batch to fill,
+    batches of 8 and a depth of 16 texts unless ``options`` say otherwise (any of
+    :class:`MicroBatcher`'s keywords)."""
     values: dict = {"max_batch": 8, "max_wait_s": 0.0, "max_depth": 16, **options}
-    return MicroBatcher(gated, metrics, **values)
+    return MicroBatcher(gated, metrics, tokenize=gated.encoder.token_ids, **values)

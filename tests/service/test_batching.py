@@ -1,10 +1,12 @@
 """The micro-batching queue, with the real encoder behind a gate that the test opens
-(:mod:`tests.service.gated`): merging, splitting, refusing, deadlines, cancelled requests."""
+(:mod:`tests.service.gated`): merging, splitting, refusing, deadlines, cancelled requests, and
+which queued texts make a batch (by length or in arrival order), with its settings."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,15 +14,25 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from service.app import create_app
-from service.batching import CALLER, Caller, MicroBatcher
-from service.encoder import Encoded, OnnxEncoder
+from service.batching import (
+    CALLER,
+    INLINE_TOKENISE_CHARS,
+    INLINE_TOKENISE_TEXTS,
+    Caller,
+    MicroBatcher,
+)
+from service.encoder import Encoded, EncoderInput, OnnxEncoder
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
+from service.length_batches import padded_tokens
+from service.limits import TokenIds
 from service.metrics import Metrics
+from service.settings import Settings, describe_settings_error
 from service.startup import load_runtime
-from tests.service.gated import WAIT_S, GatedEncoder, gated_batcher, until
-from tests.service.helpers import make_settings
+from tests.service.gated import WAIT_S, GatedEncoder, SteppedEncoder, gated_batcher, until
+from tests.service.helpers import make_settings, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -251,11 +263,18 @@ async def test_admission_sheds_on_the_measured_wait(encoder: OnnxEncoder) -> Non
 
 
 async def test_retry_after_counts_the_queued_texts(encoder: OnnxEncoder) -> None:
-    def slow_encode(texts: list[str]) -> Encoded:
-        time.sleep(0.1 * len(texts))  # at least 0.1 s a text
-        return encoder.encode(texts)
+    def slow_encode(token_ids: list[TokenIds]) -> Encoded:
+        time.sleep(0.1 * len(token_ids))  # at least 0.1 s a text
+        return encoder.encode(token_ids)
 
-    batcher = MicroBatcher(slow_encode, Metrics(), max_batch=1, max_wait_s=0.0, max_depth=64)
+    batcher = MicroBatcher(
+        slow_encode,
+        Metrics(),
+        max_batch=1,
+        max_wait_s=0.0,
+        max_depth=64,
+        tokenize=encoder.token_ids,
+    )
     batcher.start()
     await batcher.embed(["measured"])
     waiting = asyncio.create_task(batcher.embed([f"text {i}" for i in range(30)]))
@@ -265,3 +284,218 @@ async def test_retry_after_counts_the_queued_texts(encoder: OnnxEncoder) -> None
     await until(lambda: batcher.depth == 0)
     assert batcher.retry_after_s() == 1
     await batcher.stop()
+
+
+# -- which texts make a batch ------------------------------------------------------------------
+
+SHORT = "short text"
+LONG = "a much longer text, about three times as long as the short ones"
+
+
+def _lengths(encoder: OnnxEncoder, texts: Sequence[str]) -> list[int]:
+    return [len(ids) for ids in encoder.token_ids(texts)]
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [("length", [[0, 2], [1, 3]]), ("fifo", [[0, 1], [2, 3]])],
+)
+async def test_the_policy_decides_which_queued_texts_make_a_batch(
+    encoder: OnnxEncoder, policy: str, expected: list[list[int]]
+) -> None:
+    gated = GatedEncoder(encoder)
+    batcher = gated_batcher(gated, Metrics(), max_batch=2, policy=policy)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    first_texts, second_texts = [SHORT, LONG], [SHORT + "s", LONG + "s"]
+    first = asyncio.create_task(batcher.embed(first_texts))
+    second = asyncio.create_task(batcher.embed(second_texts))
+    await until(lambda: batcher.depth == 4)
+    gated.gate.set()
+    await running
+    _assert_encodes(encoder, first_texts, await first)  # each request's rows in its order
+    _assert_encodes(encoder, second_texts, await second)
+    # Queued: the first request's short and long text, then the second's.
+    queued = _lengths(encoder, [*first_texts, *second_texts])
+    assert gated.batch_lengths[1:] == [[queued[p] for p in batch] for batch in expected]
+    await batcher.stop()
+
+
+async def test_a_long_text_is_not_starved_by_a_stream_of_short_ones(
+    encoder: OnnxEncoder,
+) -> None:
+    stepped = SteppedEncoder(encoder)
+    batcher = gated_batcher(stepped, Metrics(), max_batch=4, max_depth=64)
+    batcher.start()
+    requests = [asyncio.create_task(batcher.embed(["in the encoder"]))]
+    await until(stepped.entered.is_set)
+    requests += [asyncio.create_task(batcher.embed([SHORT])) for _ in range(4)]
+    long = asyncio.create_task(batcher.embed([LONG]))
+    await until(lambda: batcher.depth == 5)
+    for call in range(1, 4):
+        # Before each batch, four more short texts arrive, all closer in length to each other.
+        requests += [asyncio.create_task(batcher.embed([SHORT])) for _ in range(4)]
+        await until(lambda: batcher.depth == 9)
+        stepped.step()
+        await until(lambda call=call: len(stepped.batch_sizes) == call + 1)
+    short_length, long_length = _lengths(encoder, [SHORT, LONG])
+    # The 4 short texts queued before the long one go first; then the long one is the oldest,
+    # and is in the very next batch, though newer short texts keep coming.
+    assert stepped.batch_lengths[1] == [short_length] * 4
+    assert stepped.batch_lengths[2] == [long_length] + [short_length] * 3
+    assert stepped.batch_lengths[3] == [short_length] * 4
+    for _ in range(len(requests)):
+        stepped.step()
+    _assert_encodes(encoder, [LONG], await long)
+    await asyncio.gather(*requests)
+    await batcher.stop()
+
+
+async def test_every_batch_stays_within_the_token_budget(encoder: OnnxEncoder) -> None:
+    gated = GatedEncoder(encoder)
+    texts = [SHORT, LONG, SHORT + "!", LONG + "!", "mid-length text here", "x", LONG[:40]]
+    lengths = _lengths(encoder, texts)
+    budget = 3 * max(lengths)
+    batcher = gated_batcher(gated, Metrics(), max_batch=8, batch_tokens=budget)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["in the encoder"]))
+    await until(gated.entered.is_set)
+    queued = [asyncio.create_task(batcher.embed([text])) for text in texts]
+    await until(lambda: batcher.depth == len(texts))
+    gated.gate.set()
+    await running
+    for task, text in zip(queued, texts, strict=True):
+        _assert_encodes(encoder, [text], await task)
+    batches = gated.batch_lengths[1:]
+    assert sorted(length for batch in batches for length in batch) == sorted(lengths)
+    assert len(batches) > 1  # all 7 in one batch would be 7 × the longest, over the budget
+    assert all(padded_tokens(batch) <= budget for batch in batches)
+    await batcher.stop()
+
+
+async def test_large_requests_are_tokenised_in_a_thread_small_ones_on_the_event_loop(
+    encoder: OnnxEncoder,
+) -> None:
+    threads: list[threading.Thread] = []
+
+    def tokenize(inputs: Sequence[EncoderInput]) -> list[TokenIds]:
+        threads.append(threading.current_thread())
+        return encoder.token_ids(inputs)
+
+    gated = GatedEncoder(encoder)
+    gated.gate.set()
+    batcher = MicroBatcher(
+        gated, Metrics(), max_batch=8, max_wait_s=0.0, max_depth=16, tokenize=tokenize
+    )
+    batcher.start()
+    small = ["a short query", "and another"]
+    long = ["x" * (INLINE_TOKENISE_CHARS // 2 + 1), "y" * (INLINE_TOKENISE_CHARS // 2)]
+    many = [f"text {i}" for i in range(INLINE_TOKENISE_TEXTS + 1)]
+    for texts in (small, long, many):
+        _assert_encodes(encoder, texts, await batcher.embed(texts))
+    loop_thread = threading.current_thread()
+    assert [thread is loop_thread for thread in threads] == [True, False, False]
+    await batcher.stop()
+
+
+async def test_a_caller_that_leaves_while_its_texts_are_tokenised_queues_nothing(
+    encoder: OnnxEncoder,
+) -> None:
+    tokenising, release = threading.Event(), threading.Event()
+
+    def tokenize(inputs: Sequence[EncoderInput]) -> list[TokenIds]:
+        tokenising.set()
+        release.wait(WAIT_S)
+        return encoder.token_ids(inputs)
+
+    gated = GatedEncoder(encoder)
+    batcher = MicroBatcher(
+        gated, Metrics(), max_batch=8, max_wait_s=0.0, max_depth=16, tokenize=tokenize
+    )
+    batcher.start()
+    caller = Caller()
+
+    async def request() -> Encoded:
+        CALLER.set(caller)
+        return await batcher.embed(["z" * (INLINE_TOKENISE_CHARS + 1)])
+
+    leaving = asyncio.create_task(request())
+    await until(tokenising.is_set)
+    caller.leave()
+    release.set()
+    with pytest.raises(ClientDisconnected):
+        await leaving
+    assert batcher.depth == 0 and gated.batch_sizes == []
+    await batcher.stop()
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+
+def test_batching_settings_reach_the_queue_the_encoder_and_info(
+    tiny_bundle_dir: Path, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        tiny_bundle_dir,
+        tmp_path / "index",
+        batch_policy="fifo",
+        batch_tokens=4096,
+        batch_window=64,
+        max_batch_size=16,
+    )
+    with serve(settings) as client:
+        runtime = client.app.state.runtime
+        assert runtime.batcher.policy == "fifo"
+        assert runtime.batcher.window == 16  # fifo looks at the max_batch oldest only
+        assert runtime.batcher.batch_tokens == runtime.encoder.batch_tokens == 4096
+        limits = client.get("/info").json()["limits"]
+    assert (limits["batch_policy"], limits["batch_tokens"], limits["batch_window"]) == (
+        "fifo",
+        4096,
+        64,
+    )
+    defaults = Settings(bundle_dir=tiny_bundle_dir)
+    assert (defaults.batch_policy, defaults.batch_tokens, defaults.batch_window) == (
+        "length",
+        8192,
+        128,
+    )
+
+
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        (
+            {"FRACTAL_BATCH_POLICY": "shortest"},
+            "FRACTAL_BATCH_POLICY: Input should be 'length' or 'fifo'",
+        ),
+        (
+            {"FRACTAL_BATCH_TOKENS": "0"},
+            "FRACTAL_BATCH_TOKENS: Input should be greater than or equal to 1",
+        ),
+        (
+            {"FRACTAL_BATCH_WINDOW": "16", "FRACTAL_MAX_BATCH_SIZE": "32"},
+            "batch_window (16) must be at least max_batch_size (32)",
+        ),
+    ],
+)
+def test_bad_batching_settings_are_refused_with_what_is_wrong(
+    tiny_bundle_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    message: str,
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as error:
+        Settings(bundle_dir=tiny_bundle_dir)
+    assert message in describe_settings_error(error.value)
+
+
+def test_a_small_window_is_fine_for_the_fifo_policy(
+    tiny_bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FRACTAL_BATCH_POLICY", "fifo")
+    monkeypatch.setenv("FRACTAL_BATCH_WINDOW", "1")
+    assert Settings(bundle_dir=tiny_bundle_dir).batch_window == 1
