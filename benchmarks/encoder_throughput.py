@@ -13,12 +13,15 @@ in one run:
   and read from a local folder (:mod:`benchmarks.harness.fastembed_minilm`), its own batching,
   pooling and session (its ``threads``); its vectors are checked against sentence-transformers'
   before anything is timed;
-- ``ort_*``: the service's :class:`service.encoder.OnnxEncoder` on the bundle's ``encoder.onnx``
-  (``ort_fp32``) and on every variant :mod:`benchmarks.harness.encoder_variants` makes (fused
-  offline, dynamically quantised, ...), ONNX Runtime intra-op threads;
-- ``service_runtime``: the service's encoder *as served*, ``Runtime.embed`` with its queue and
-  micro-batching (:mod:`benchmarks.harness.served_runtime`), a batch of ``n`` texts sent as
-  ``n`` concurrent one-text calls; ``FRACTAL_ENCODER_THREADS`` = the budget.
+- ``ort_*`` and ``ov_*``: the service's :class:`service.encoder.OnnxEncoder` on the bundle's
+  ``encoder.onnx`` (``ort_fp32``) and on every variant :mod:`benchmarks.harness.encoder_variants`
+  makes (fused offline, dynamic int8 for ONNX Runtime, the fp32 graph on OpenVINO in fp32 and
+  bf16, the fast twin's static int8 on OpenVINO and on ONNX Runtime), on the runtime each is
+  for, with the thread budget;
+- ``service_runtime``: the service's encoder *as served* (``--served``: the fast twin, say),
+  ``Runtime.embed`` with its queue and micro-batching (:mod:`benchmarks.harness.served_runtime`),
+  a batch of ``n`` texts sent as ``n`` concurrent one-text calls; ``FRACTAL_ENCODER_THREADS`` =
+  the budget.
 
 The ONNX graphs compute the backbone *and* the V5 projection (384 → 256, one small matmul per
 text), so they do slightly more work than the peers, not less.
@@ -29,9 +32,10 @@ workload; single-text latency on CLINC-150 test utterances. Timing is round-robi
 or every single text, goes through every engine before the next one), so a change of the
 machine's load hits all engines alike; ratios from one run are the numbers to quote.
 
-Through HTTP: ``python -m service`` on the bundle (its defaults, the same encoder threads), driven
-by ``wrk`` (one thread) with one text per ``POST /embed`` at each of ``http_concurrency`` open
-connections, per workload; skipped, with the reason, where wrk is missing.
+Through HTTP: ``python -m service`` on the served bundle (its defaults, the same encoder
+threads), driven by ``wrk`` (one thread) with one text per ``POST /embed`` at each of
+``http_concurrency`` open connections, per workload; skipped, with the reason, where wrk is
+missing.
 
 Quality: cosine of each ONNX variant's 256-d vectors with ``ort_fp32``'s, and CLINC-150 k-NN
 accuracy (k=5, cosine) at 64-d (domain) and 256-d (intent).
@@ -58,7 +62,7 @@ import torch
 from matplotlib.figure import Figure
 from sentence_transformers import SentenceTransformer
 
-from benchmarks.harness.encoder_variants import QUANTISATIONS, fused_variant, quantised_variant
+from benchmarks.harness.encoder_variants import FP32, Variant, build_variants
 from benchmarks.harness.fastembed_minilm import (
     export_fastembed_folder,
     fastembed_encode,
@@ -83,8 +87,6 @@ from training.quantize import row_cosines
 
 TORCH = "st_torch_fp32"
 FASTEMBED = "fastembed_fp32"
-FP32 = "ort_fp32"
-FUSED = "ort_fp32_fused"
 RUNTIME = "service_runtime"
 HTTP = "service_http"
 UTTERANCES, PARAGRAPHS = "utterances", "paragraphs"
@@ -107,6 +109,12 @@ class Settings:
     engine and leave the fused graph out."""
 
     bundle: Path = option(DEFAULT_BUNDLE, "V5 bundle folder", parse=bundle_folder)
+    served: Path | None = option(
+        None,
+        "the bundle the service parts (Runtime, HTTP) serve, e.g. the fast twin (default: "
+        "--bundle)",
+        parse=bundle_folder,
+    )
     threads: int = option(
         2,
         "threads of every engine: torch threads, ONNX Runtime intra-op threads, fastembed's "
@@ -192,9 +200,16 @@ def fastembed_encoder(folder: Path, threads: int) -> tuple[Encode, int]:
     return lambda texts: fastembed_encode(model, texts, len(texts)), session_threads
 
 
-def onnx_encoder(folder: Path, bundle_dir: Path, threads: int) -> Encode:
-    """The service's encoder on ``folder``'s graph (the bundle's manifest describes it)."""
-    encoder = OnnxEncoder(folder, load_bundle(bundle_dir), threads)
+def onnx_encoder(variant: Variant, bundle_dir: Path, threads: int) -> Encode:
+    """The service's encoder on the variant's graph and runtime (the bundle's manifest describes
+    the graph)."""
+    encoder = OnnxEncoder(
+        variant.folder,
+        load_bundle(bundle_dir),
+        threads,
+        runtime=variant.runtime,  # type: ignore[arg-type]
+        precision=variant.precision,
+    )
     return lambda texts: encoder.encode(texts).vectors
 
 
@@ -210,18 +225,6 @@ def runtime_settings(bundle_dir: Path, index_dir: Path, threads: int) -> Service
         index_kinds=("exact",),
         snapshot_interval_s=0,
     )
-
-
-def onnx_variants(bundle_dir: Path, work: Path, fused: bool) -> dict[str, str]:
-    """Write every ONNX variant of the bundle's graph under ``work``; how each was made."""
-    recipes = {FP32: "the bundle's encoder.onnx, unchanged (fp32)"}
-    if fused:
-        fusions = fused_variant(bundle_dir, work / FUSED)
-        recipes[FUSED] = f"transformer optimiser (model_type=bert, fp32); fusions: {fusions}"
-    for name, recipe in QUANTISATIONS.items():
-        quantised_variant(bundle_dir, work / name, recipe)
-        recipes[name] = f"quantize_dynamic of encoder.onnx: {recipe.describe()}"
-    return recipes
 
 
 # -- timing -----------------------------------------------------------------------------------
@@ -806,16 +809,18 @@ def run(settings: Settings, progress: Progress) -> dict:
             check = same_model_check(
                 encoders[FASTEMBED], encoders[TORCH], check_texts, settings.min_fastembed_cosine
             )
-        variants = onnx_variants(bundle_dir, work, settings.fused)
-        recipes |= variants
-        for name in variants:
-            graph = bundle_dir if name == FP32 else work / name
-            encoders[name] = onnx_encoder(graph, bundle_dir, settings.threads)
+        variants = build_variants(bundle_dir, work, settings.fused, data.train.texts)
+        for name, variant in variants.items():
+            recipes[name] = f"{variant.recipe}; on {variant.runtime}, {variant.precision} compute"
+            encoders[name] = onnx_encoder(variant, bundle_dir, settings.threads)
+        served_bundle = settings.served or bundle_dir
         recipes[RUNTIME] = (
-            f"{FP32} through service.runtime.Runtime.embed (queue + micro-batching), one "
-            "concurrent call per text"
+            f"the served bundle {served_bundle} through service.runtime.Runtime.embed (queue + "
+            "micro-batching, FRACTAL_ENCODER_RUNTIME=auto), one concurrent call per text"
         )
-        served_settings = runtime_settings(bundle_dir, work / "runtime-index", settings.threads)
+        served_settings = runtime_settings(
+            served_bundle, work / "runtime-index", settings.threads
+        )
         rates: dict[str, dict[str, dict[str, float]]] = {}
         batching: dict[str, dict[str, float]] = {}
         with ServedRuntime(served_settings) as served:
@@ -838,12 +843,13 @@ def run(settings: Settings, progress: Progress) -> dict:
         phase("quality of the ONNX variants")
         scores = quality({name: encoders[name] for name in variants}, data, settings)
         phase("HTTP")
-        http = http_embed(bundle_dir, workloads, settings, work, progress)
+        http = http_embed(served_bundle, workloads, settings, work, progress)
     loads["end"] = load_average()
     runtime_keys = ("encoder_threads", "encoder_spin", "max_batch_size", "max_wait_ms")
     report = {
         "machine": machine,
         "bundle": str(bundle_dir),
+        "served_bundle": str(served_bundle),
         "data": {
             "workloads": {
                 name: {

@@ -90,7 +90,9 @@ class Encoded:
 
 class OnnxEncoder:
     """Texts (or token ids) → full embeddings, in sub-batches of at most ``batch_tokens``
-    padded tokens. Thread-safe, but meant for one thread."""
+    padded tokens, on ``runtime`` (:func:`chosen_runtime`; OpenVINO computes floating-point
+    parts in ``precision``, see :class:`bundle.openvino_session.OpenVinoSession`). Thread-safe,
+    but meant for one thread."""
 
     def __init__(
         self,
@@ -100,6 +102,7 @@ class OnnxEncoder:
         spin: bool = False,
         runtime: EncoderRuntime = "auto",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        precision: str = "f32",
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
@@ -112,7 +115,7 @@ class OnnxEncoder:
         self.runtime = chosen_runtime(runtime, manifest)
         graph = bundle_dir / ENCODER_FILE
         self.session: ort.InferenceSession | OpenVinoSession = (
-            OpenVinoSession(graph, threads)
+            OpenVinoSession(graph, threads, precision)
             if self.runtime == "openvino"
             else onnx_session(graph, threads, spin)
         )
