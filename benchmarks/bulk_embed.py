@@ -7,9 +7,10 @@
   JSONL file (``id``, ``text``) that both runs read with :mod:`bulk.corpus`, as any user's
   corpus.
 - **Runs**: :func:`bulk.embed.embed_corpus` with the same options (``--workers`` processes, one
-  encoder thread each, the default token budget) into a fresh folder, once with the fp32 bundle
-  (what ``fractal embed`` did before issue 19) and once with the twin (served on the runtime its
-  manifest names, as ``FRACTAL_ENCODER_RUNTIME=auto`` picks). Rounds alternate the order, so a
+  encoder thread each) into a fresh folder, once with the fp32 bundle and the token budget that
+  was the default then (what ``fractal embed`` did before issue 19), once with the twin and the
+  default budget now (on the runtime its manifest names, as ``FRACTAL_ENCODER_RUNTIME=auto``
+  picks). Rounds alternate the order, so a
   change of the machine's load hits both alike; a rate is ``documents / median seconds``, the
   whole call timed (read, tokenise, encode, check, write, the worker pool's start).
 - **Quality**: the cosine of each twin vector with the fp32 vector of the same document, from
@@ -61,6 +62,9 @@ class Settings:
     dtype: str = option("float16", "vector dtype of the shards (fractal embed's default)")
     shard_size: int = DEFAULT_SHARD_ROWS
     batch_tokens: int = DEFAULT_BATCH_TOKENS
+    baseline_batch_tokens: int = 8192
+    """The fp32 run's token budget: ``fractal embed``'s default before issue 19, so that the
+    fp32 run is what the command did then."""
     seed: int = 0
     target_ratio: float = 2.5
     """The twin's documents/s over the fp32 bundle's."""
@@ -90,13 +94,15 @@ def write_corpus(path: Path, settings: Settings) -> dict:
     }
 
 
-def embed_once(bundle: Path, corpus: Path, out: Path, settings: Settings) -> float:
+def embed_once(
+    bundle: Path, corpus: Path, out: Path, settings: Settings, batch_tokens: int
+) -> float:
     """Seconds one ``embed_corpus`` call with ``bundle`` takes."""
     options = EmbedOptions(
         dtype=settings.dtype,
         workers=settings.workers,
         shard_size=settings.shard_size,
-        batch_tokens=settings.batch_tokens,
+        batch_tokens=batch_tokens,
         progress=False,
     )
     start = time.perf_counter()
@@ -125,6 +131,7 @@ def targets(report: dict, settings: Settings) -> list[dict]:
 
 def run(settings: Settings, progress: Progress) -> dict:
     bundles = {"fp32": settings.bundle, "twin": settings.twin}
+    budgets = {"fp32": settings.baseline_batch_tokens, "twin": settings.batch_tokens}
     with tempfile.TemporaryDirectory(prefix="bulk-embed-") as folder:
         work = Path(folder)
         corpus = work / "corpus.jsonl"
@@ -135,7 +142,7 @@ def run(settings: Settings, progress: Progress) -> dict:
             order = ENCODERS if number % 2 == 0 else ENCODERS[::-1]
             for name in order:
                 out = work / f"{name}-{number}"
-                seconds = embed_once(bundles[name], corpus, out, settings)
+                seconds = embed_once(bundles[name], corpus, out, settings, budgets[name])
                 rate = settings.documents / seconds
                 runs.append(
                     {
@@ -202,8 +209,10 @@ def markdown(report: dict) -> str:
             f"{data['tokens_per_text']['mean']} tokens on average, 5th–95th percentile "
             f"{data['tokens_per_text']['p5_p95']}, at most {data['tokens_per_text']['max']}), "
             f"`--workers {settings['workers']}` (one encoder thread each), `--dtype "
-            f"{settings['dtype']}`, `--batch-tokens {settings['batch_tokens']}`. The twin runs "
-            f"on `{report['twin_runtime']}`; its recipe: `{report['twin_recipe']}`.",
+            f"{settings['dtype']}`; `--batch-tokens {settings['baseline_batch_tokens']}` for "
+            f"fp32 (the default before issue 19), {settings['batch_tokens']} for the twin (the "
+            f"default now). The twin runs on `{report['twin_runtime']}`; its recipe: "
+            f"`{report['twin_recipe']}`.",
             "## Throughput\n\n"
             + markdown_table(["bundle", "median s", "documents/s", "× fp32"], speed_rows),
             f"Median of {settings['rounds']} round(s), each bundle once a round, in alternating "

@@ -21,8 +21,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-DEFAULT_BATCH_TOKENS = 8192
-"""Padded tokens per encoder batch unless configured (TEI's default is 16,384)."""
+DEFAULT_BATCH_TOKENS = 2048
+"""Padded tokens per encoder batch unless configured (TEI's default is 16,384). Measured on the
+fast twin (OpenVINO int8, 2 threads, AMD EPYC): against 8,192, a call of 128 utterances runs
+13% faster and one of 128 paragraphs 20% faster (smaller batches of one length each), one of 32
+is unchanged; 1,024 was 7% faster still on utterances but 5% slower on paragraphs. 32 texts of
+64 tokens, the service's default batch of paragraphs, fit in one batch."""
 DEFAULT_BATCH_WINDOW = 128
 """Queued texts, from the oldest, that :func:`nearest_batch` is given unless configured: four
 batches of the service's default 32 texts, so that a batch finds texts of its length, and the

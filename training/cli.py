@@ -917,7 +917,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="encoder processes, or Ray actors (default: one per core, or per CPU of the cluster)",
     )
     embed.add_argument("--shard-size", type=int, help="documents per shard (default: 50000)")
-    embed.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default: 8192)")
+    embed.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default: 2048)")
     embed.add_argument("--id-column", help="default: id if present, else the row number")
     embed.add_argument("--text-column", default="text")
     embed.add_argument(

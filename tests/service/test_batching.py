@@ -458,7 +458,7 @@ def test_batching_settings_reach_the_queue_the_encoder_and_info(
     defaults = Settings(bundle_dir=tiny_bundle_dir)
     assert (defaults.batch_policy, defaults.batch_tokens, defaults.batch_window) == (
         "length",
-        8192,
+        2048,
         128,
     )
 
