@@ -4,9 +4,10 @@
     python -m benchmarks batching --smoke --out DIR      # tiny, seconds
 
 In process, no HTTP: the service's own :class:`service.encoder.OnnxEncoder` on the bundle (2
-ONNX Runtime intra-op threads unless ``--threads``), and one :class:`service.batching.MicroBatcher`
-per policy in front of it, each as the service builds it (max 32 texts a batch, no wait for a
-batch to fill, a budget of 8,192 padded tokens, a window of 128 texts):
+encoder threads unless ``--threads``, on the runtime the service would pick), and one
+:class:`service.batching.MicroBatcher` per policy in front of it, each as the service builds it
+(max 32 texts a batch, no wait for a batch to fill, the default budget of padded tokens, a
+window of 128 texts):
 
 - ``fifo``: the 32 oldest queued texts, whatever their lengths (the queue before issue 19);
 - ``length``: the oldest queued text and the 31 of the window closest to it in token count.
@@ -61,7 +62,7 @@ class Settings:
     """Everything the run depends on; the smoke settings shrink the counts and the times."""
 
     bundle: Path = option(DEFAULT_BUNDLE, "bundle folder", parse=bundle_folder)
-    threads: int = option(2, "ONNX Runtime intra-op threads")
+    threads: int = option(2, "encoder threads (ONNX Runtime intra-op, or OpenVINO's)")
     callers: int = option(96, "concurrent closed-loop callers")
     paragraph_share: float = option(0.25, "share of requests that send paragraphs")
     multi_texts: tuple[int, int] = option((2, 4), "texts a request in the multi workload: min,max")
@@ -343,11 +344,11 @@ def markdown(report: dict) -> str:
         "# Length-aware batching vs FIFO" + (" (smoke run)" if report["smoke"] else ""),
         f"Produced by `{report['command']}`. Both policies measured in one run, in "
         f"{settings['rounds']} round(s) with the policies' order alternating; quote the ratios. "
-        f"In process: the service's encoder ({settings['threads']} ONNX Runtime intra-op "
-        f"thread(s)) behind one encoder queue per policy (max {settings['max_batch']} texts a "
-        f"batch, {settings['batch_tokens']} padded tokens, window {settings['window']}, no wait "
-        f"for a batch to fill), {settings['callers']} closed-loop asyncio callers in the same "
-        "process, no HTTP.",
+        f"In process: the service's encoder ({settings['threads']} thread(s) on "
+        f"{report['machine']['encoder_runtime']}) behind one encoder queue per policy (max "
+        f"{settings['max_batch']} texts a batch, {settings['batch_tokens']} padded tokens, "
+        f"window {settings['window']}, no wait for a batch to fill), {settings['callers']} "
+        "closed-loop asyncio callers in the same process, no HTTP.",
         f"Texts: {data['short']['texts']} CLINC-150 utterances (tokens "
         f"{data['short']['tokens']}) and {data['paragraph']['texts']} paragraphs of Wikipedia "
         f"sentences (tokens {data['paragraph']['tokens']}); "
@@ -414,7 +415,8 @@ def plot(report: dict, path: Path) -> None:
     latency_axes.legend()
     figure.suptitle(
         f"Encoder queue policies on {report['machine']['cpu_model']}, "
-        f"{report['settings']['threads']} ONNX Runtime thread(s), "
+        f"{report['settings']['threads']} encoder thread(s) on "
+        f"{report['machine']['encoder_runtime']}, "
         f"{report['settings']['callers']} callers"
     )
     figure.tight_layout()
@@ -452,9 +454,9 @@ def run(settings: Settings, progress: Progress) -> dict:
     ratios = {workload: comparison(by_policy) for workload, by_policy in cells.items()}
     return {
         "machine": {
-            "ort_intra_op_threads": settings.threads,
-            "ort_inter_op_threads": 1,
-            "ort_providers": encoder.providers,
+            "encoder_threads": settings.threads,
+            "encoder_runtime": encoder.runtime,
+            "encoder_providers": encoder.providers,
             "tokenizers": tokenizers.__version__,
         },
         "bundle": {"path": str(settings.bundle), "name": manifest.name},

@@ -15,7 +15,7 @@ def test_batching_smoke_run(tmp_path: Path, identity_bundle_dir: Path) -> None:
     assert all(path.parent == tmp_path and path.stat().st_size > 0 for path in paths)
 
     machine = report["machine"]
-    assert machine["ort_intra_op_threads"] == SMOKE.threads
+    assert machine["encoder_threads"] == SMOKE.threads
     for key in ("cpu_model", "cpu_simd_flags", "load_average_1_5_15_min_at_end"):
         assert key in machine
     assert [entry["order"] for entry in report["rounds"]] == [list(POLICIES)] * SMOKE.rounds
