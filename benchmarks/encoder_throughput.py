@@ -599,7 +599,9 @@ def served_section(report: dict) -> str:
         "wrk CPU %",
     ]
     lines += [
-        "HTTP: `python -m service` on the bundle with " + str(http["service_settings"]) + " (its "
+        f"HTTP: `python -m service` on `{report['served_bundle']}` with "
+        + str(http["service_settings"])
+        + " (its "
         "other settings default), one text per `POST /embed`, wrk (one thread) on the same "
         "cores, measured after the round-robin (not inside it).",
         markdown_table(headers, rows),
@@ -833,9 +835,7 @@ def run(settings: Settings, progress: Progress) -> dict:
             f"the served bundle {served_bundle} through service.runtime.Runtime.embed (queue + "
             "micro-batching, FRACTAL_ENCODER_RUNTIME=auto), one concurrent call per text"
         )
-        served_settings = runtime_settings(
-            served_bundle, work / "runtime-index", settings.threads
-        )
+        served_settings = runtime_settings(served_bundle, work / "runtime-index", settings.threads)
         rates: dict[str, dict[str, dict[str, float]]] = {}
         batching: dict[str, dict[str, float]] = {}
         with ServedRuntime(served_settings) as served:
