@@ -14,6 +14,7 @@ from bundle.router import ROUTER_FILE, load_router
 from training.cli import main
 from training.data.registry import data_dir
 from training.head_job import load_run
+from training.quantize import DEFAULT_RECIPE, RECIPES
 
 
 def _write(path: Path, text: str) -> Path:
@@ -150,7 +151,7 @@ def test_run_trains_evaluates_and_exports_a_bundle_and_its_fast_twin(
     assert cost.fine.fp32 == pytest.approx(accuracy[1][-1], abs=0.01)
     printed = capsys.readouterr().out
     assert f"bundle: {out / 'bundle'} (" in printed
-    assert f"fast twin: {out / 'bundle-int8'} (dynamic int8" in printed
+    assert f"fast twin: {out / 'bundle-int8'} ({RECIPES[DEFAULT_RECIPE].describe()};" in printed
     assert f"cost {cost.points:.2f} k-NN points (domain@64d" in printed
     assert manifest.objective == "v5"
     assert manifest.prefix_dims == (64, 128, 192, 256)
