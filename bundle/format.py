@@ -629,6 +629,11 @@ def _check_quantization(quantization: object, prefix_dims: tuple[int, ...]) -> N
         raise _fail("quantization", f"{', '.join(texts)} must be strings")
     if not isinstance(quantization.per_channel, bool):
         raise _fail("quantization.per_channel", "must be true or false")
+    if quantization.runtime not in QUANTIZATION_RUNTIMES:
+        raise _fail(
+            "quantization.runtime",
+            f"{quantization.runtime!r} is not one of {', '.join(QUANTIZATION_RUNTIMES)}",
+        )
     cosine = quantization.cosine_to_fp32
     if not isinstance(cosine, CosineToFP32) or not _is_int(cosine.texts) or cosine.texts < 1:
         raise _fail("quantization.cosine_to_fp32", "needs a positive number of texts")

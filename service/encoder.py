@@ -120,7 +120,7 @@ class OnnxEncoder:
             else onnx_session(graph, threads, spin)
         )
         self.threads = threads
-        self.spin = spin
+        self.spin = spin and self.runtime == "onnxruntime"  # as /info reports it
         self.batch_tokens = batch_tokens
 
     @property

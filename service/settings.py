@@ -42,14 +42,18 @@ class Settings(BaseSettings):
     backlog: int = Field(2048, ge=1, description="connections the listening socket queues")
     keep_alive_s: int = Field(5, ge=1, description="how long an idle connection is kept open")
 
-    encoder_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = cores")
+    encoder_threads: int = Field(
+        0, ge=0, description="encoder threads (ONNX Runtime intra-op, or OpenVINO's); 0 = cores"
+    )
     encoder_runtime: Literal["auto", "onnxruntime", "openvino"] = Field(
         "auto",
         description="what runs encoder.onnx; auto = OpenVINO for a bundle quantised for it "
         "(when installed, on CPU), ONNX Runtime otherwise",
     )
     encoder_spin: bool = Field(
-        False, description="ONNX Runtime threads spin-wait between calls (takes searches' cores)"
+        False,
+        description="ONNX Runtime threads spin-wait between calls (takes searches' cores); "
+        "OpenVINO's threads never spin",
     )
     search_threads: int = Field(1, ge=0, description="FAISS OpenMP threads per search; 0 = cores")
     max_batch_size: int = Field(32, ge=1, description="texts per encoder call")

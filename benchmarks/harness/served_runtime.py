@@ -37,7 +37,11 @@ class ServedRuntime:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="served-runtime")
         self._thread.start()
-        self._call(self._start())
+        try:
+            self._call(self._start())
+        except BaseException:
+            self._stop_loop()
+            raise
 
     async def _start(self) -> None:
         self.runtime.start()
@@ -65,9 +69,12 @@ class ServedRuntime:
         try:
             self._call(self.runtime.stop())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
     def __enter__(self) -> ServedRuntime:
         return self

@@ -6,6 +6,7 @@ not content (tests/training/test_export.py covers real graphs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -364,6 +365,11 @@ def test_a_graph_made_for_openvino_says_so(bundle_dir: Path) -> None:
     assert Quantization.from_json({**_QUANTIZATION, "cosine_to_fp32": _COSINE}).runtime == (
         "onnxruntime"
     )
+    # A record built in code is checked before it is written, not only when it is read.
+    unknown = dataclasses.replace(written.quantization, runtime="tensorrt")
+    with pytest.raises(BundleError, match="quantization.runtime 'tensorrt' is not one of"):
+        write_manifest(bundle_dir, _manifest(quantization=unknown))
+    assert load_bundle(bundle_dir) == written
 
 
 def _twin(**knn_cost: object) -> dict:

@@ -38,6 +38,9 @@ def _write_latin_1(path: Path, first_text: str) -> Path:
         (lambda tmp: ["train", "--dataset", "imdb"], "unknown dataset 'imdb'"),
         (lambda tmp: ["train", "--objective", "fractal"], "unknown objective 'fractal'"),
         (lambda tmp: ["run", "--objectives", "v5,nope"], "unknown objective 'nope'"),
+        # Refused before training, not after it.
+        (lambda tmp: ["run", "--recipe", "int4"], "--recipe must be one of"),
+        (lambda tmp: ["run", "--max-knn-cost", "nan"], "must be a number of points"),
         (lambda tmp: ["train", "--dataset", str(tmp / "missing.csv")], "missing.csv"),
         (
             lambda tmp: ["train", "--dataset", str(_write(tmp / "bad.csv", "words,tag\na,b\n"))],
