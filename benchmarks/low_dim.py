@@ -1,21 +1,38 @@
 """Low-dimension evaluation of MIC and MIPIC against a matched MRL (MIC/MIPIC papers, Table 1).
 
 Each objective trains the same encoder on the same texts with the same steps, batches, unfrozen
-layers and learning rates (:class:`training.finetune.FinetuneConfig`, only ``objective``
-differs); every trained encoder is then scored at each nested dimension by logistic-regression
-macro F1 on frozen features (:mod:`training.evaluation.linear_probe`) and 5-NN accuracy
-(:mod:`training.evaluation.knn`). The untrained encoder's own prefixes are the ``raw`` row.
+layers and learning rates (:class:`training.finetune.FinetuneConfig`, only ``objective`` and
+the ablated components differ). Every trained encoder is then scored at each nested dimension
+by logistic regression on frozen features (:mod:`training.evaluation.linear_probe`: macro F1,
+the papers' number, and accuracy) and by 5-NN accuracy (:mod:`training.evaluation.knn`). The
+untrained encoder's own prefixes are the ``raw`` row.
+
+Two settings (``--task-loss``):
+
+- ``supervised`` (ours): training on ``--max-train`` labelled texts of ``--dataset``, with the
+  label-contrastive task loss; scored on that dataset;
+- ``simcse``: the papers' own setting. Unsupervised SimCSE (:mod:`training.objectives.simcse`)
+  on the unlabelled mix of ``--corpus-size`` distinct sentences
+  (:mod:`training.data.unlabelled`), for ``--epochs`` passes, scored on every
+  ``--eval-datasets`` (logistic regression fitted on ``--max-train`` of its training texts).
+
+``--ablations mic-scr,mipic-pic`` adds variants with one component left out, trained at
+``--ablation-seeds``. With ``--resume yes`` the runs already in the results file (same setting)
+are kept and only the missing ones run. The file is rewritten after every run, so an
+interrupted benchmark keeps what it measured.
 
     python -m benchmarks low_dim                        # Banking77, 3,000 training texts
-    python -m benchmarks low_dim --dataset clinc150 --max-train 3000 --max-test 3000
+    python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \\
+        --out benchmarks/results/low_dim_unsupervised  # CPU-hours: run it in the background
     python -m benchmarks low_dim --smoke --out /tmp/x   # seconds; what CI runs
 
-Writes ``low_dim_<dataset>.{json,md,png}`` (``_smoke`` in smoke runs) under ``--out``; the JSON
-is rewritten after every run, so an interrupted benchmark keeps what it measured.
+Writes ``low_dim_<dataset>.{json,md,png}`` (``low_dim_simcse`` for the unsupervised setting;
+``_smoke`` in smoke runs) under ``--out``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,14 +40,19 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from scipy import stats
 
-from benchmarks.harness.markdown import bullet_sections, markdown_table
-from benchmarks.harness.runner import Progress, option
-from training.data.registry import load_dataset
+from benchmarks.harness.markdown import bullet_sections, markdown_table, targets_table
+from benchmarks.harness.runner import Progress, option, yes_no
+from benchmarks.harness.runner import results_name as file_stem
+from training.data.dataset import DatasetSplits
+from training.data.registry import data_dir, load_dataset
+from training.data.unlabelled import PAPER_CORPUS_SIZE, unlabelled_corpus
 from training.evaluation.knn import knn_accuracy_table
-from training.evaluation.linear_probe import logistic_regression_f1
-from training.finetune import FinetuneConfig, embed_texts, finetune
+from training.evaluation.linear_probe import logistic_regression_scores
+from training.finetune import ABLATABLE, FinetuneConfig, embed_texts, finetune
 from training.frozen_encoder import FrozenEncoder
+from training.objectives.simcse import TASK_LOSSES
 
 # Banking77 LR F1 (×100) from the papers' Table 1 at 16/32/64/128/256 dims (their 512/768 rows
 # have no MiniLM counterpart): backbone → method → scores.
@@ -49,165 +71,353 @@ PAPER_BANKING77 = {
 }
 PAPER_DIMS = [16, 32, 64, 128, 256]
 # Config fields that differ per run (or do not apply), left out of the shared setting block.
-PER_RUN_KEYS = ("objective", "fragment_dim", "seed")
+PER_RUN_KEYS = ("objective", "fragment_dim", "seed", "without")
+# Setting entries that only list which runs to make: --resume may change them.
+RUN_LIST_KEYS = ("seeds", "objectives", "ablations", "ablation_seeds")
+METRICS = {
+    "lr_macro_f1": "Logistic-regression macro F1",
+    "lr_accuracy": "Logistic-regression accuracy",
+    "knn_accuracy": "5-NN accuracy",
+}
+TARGET_GAIN_POINTS = 5.0
+"""MIC and MIPIC each ≥ MRL + 5 points of Banking77 F1 at 16-d (the papers: +13 and +8)."""
+TARGET_SEEDS = 3
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every parameter of a run."""
 
-    dataset: str = option("banking77", "dataset name or path")
-    max_train: int = option(3000, "training texts (the papers sample 3,000)")
+    dataset: str = option("banking77", "dataset trained on (supervised) and scored")
+    task_loss: str = option("supervised", "supervised (labelled --dataset) or simcse (unlabelled)")
+    eval_datasets: tuple[str, ...] = option((), "datasets scored (default: --dataset)")
+    corpus_size: int = option(PAPER_CORPUS_SIZE, "simcse: distinct texts of the unlabelled mix")
+    max_train: int = option(3000, "labelled training texts (the papers sample 3,000)")
     max_test: int | None = option(None, "test texts (default: the whole test split)")
     objectives: tuple[str, ...] = option(("mrl", "mic", "mipic"), "comma-separated objectives")
     seeds: tuple[int, ...] = option((42,), "comma-separated seeds")
+    ablations: tuple[str, ...] = option((), "variants with a component left out: mic-scr,…")
+    ablation_seeds: tuple[int, ...] = option((42,), "seeds of the ablation variants")
     dims: tuple[int, ...] = option((16, 32, 64, 128, 256, 384), "comma-separated prefixes")
-    steps: int = option(300, "fine-tuning steps")
+    steps: int = option(300, "fine-tuning steps (when --epochs is not given)")
+    epochs: int | None = option(None, "passes over the training texts (sets the steps)")
     batch_size: int = option(32, "batch size")
     unfreeze_layers: int = option(6, "top encoder layers trained")
     max_tokens: int = option(64, "tokens per text")
     threads: int = option(1, "torch threads")
+    resume: bool = option(False, "keep the finished runs of the results file", parse=yes_no)
 
 
 SMOKE = Settings(max_train=120, max_test=40, steps=2, batch_size=8, unfreeze_layers=1)
 
 
 def results_name(settings: Settings) -> str:
+    if settings.task_loss == "simcse":
+        return "low_dim_simcse"
     return f"low_dim_{Path(settings.dataset).name}"
 
 
-def _evaluate(train_vectors, train_labels, test_vectors, test_labels, dims) -> dict:
-    f1 = logistic_regression_f1(train_vectors, train_labels, test_vectors, test_labels, dims)
+def variant_config(base: FinetuneConfig, variant: str, seed: int) -> FinetuneConfig:
+    """``mic`` → MIC; ``mic-scr`` → MIC without SCR (components after the dashes)."""
+    objective, *without = variant.split("-")
+    return replace(base, objective=objective, seed=seed, without=tuple(without))
+
+
+def _scores(train_vectors, train_labels, test_vectors, test_labels, dims) -> dict:
+    probe = logistic_regression_scores(train_vectors, train_labels, test_vectors, test_labels, dims)
     knn = knn_accuracy_table(
         train_vectors, train_labels[:, None], test_vectors, test_labels[:, None], dims
     )[0]
-    return {"lr_macro_f1": f1.tolist(), "knn_accuracy": knn.tolist()}
+    return {
+        "lr_macro_f1": probe["macro_f1"].tolist(),
+        "lr_accuracy": probe["accuracy"].tolist(),
+        "knn_accuracy": knn.tolist(),
+    }
 
 
-def markdown(payload: dict) -> str:
-    dims = payload["dims"]
-    lines = [f"# Low-dimension evaluation: {payload['dataset']}", ""]
-    for metric, title in (("lr_macro_f1", "Logistic-regression macro F1"), ("knn_accuracy",
-                                                                             "5-NN accuracy")):
-        lines += [f"## {title} (×100, mean over seeds)", ""]
-        rows = []
-        for objective, summary in payload["summary"].items():
-            rows.append([objective, summary["seeds"]] + [f"{v * 100:.2f}" for v in summary[metric]])
-        lines += [markdown_table(["objective", "seeds", *map(str, dims)], rows), ""]
-        if "mrl" in payload["summary"]:
-            base = np.asarray(payload["summary"]["mrl"][metric])
-            rows = [
-                [objective, *(f"{d * 100:+.2f}" for d in np.asarray(s[metric]) - base)]
-                for objective, s in payload["summary"].items()
-                if objective not in ("mrl", "raw")
-            ]
-            lines += ["Difference to matched MRL (points):", ""]
-            lines += [markdown_table(["objective", *map(str, dims)], rows), ""]
-    lines += ["## Per run", ""]
-    lines += [
-        markdown_table(
-            ["objective", "seed", "train s", *(f"F1@{d}" for d in dims)],
-            [
-                [r["objective"], r["seed"], f"{r['train_seconds']:.0f}"]
-                + [f"{v * 100:.2f}" for v in r["lr_macro_f1"]]
-                for r in payload["runs"]
-            ],
-        ),
-        "",
-        *bullet_sections({"Setting": payload["setting"], "Machine": payload["machine"]}),
+def _check(settings: Settings) -> None:
+    if settings.task_loss not in TASK_LOSSES:
+        raise SystemExit(f"error: --task-loss must be one of {', '.join(TASK_LOSSES)}")
+    for variant in settings.ablations:
+        objective, *without = variant.split("-")
+        if not without or not set(without) <= set(ABLATABLE.get(objective, ())):
+            raise SystemExit(
+                f"error: ablation {variant!r}: expected mic-scr, mic-sir, mipic-sia or mipic-pic"
+            )
+
+
+def paired(runs: list[dict], variant: str, dataset: str, metric: str) -> dict | None:
+    """``variant`` − ``mrl`` per seed both ran (points, per dim), their mean, and a paired
+    t-test's p-value per dim (two-sided; ``None`` under two seeds)."""
+    by_seed = {
+        r["seed"]: np.asarray(r["scores"][dataset][metric]) * 100
+        for r in runs
+        if r["variant"] == "mrl"
+    }
+    pairs = [
+        (r["seed"], np.asarray(r["scores"][dataset][metric]) * 100 - by_seed[r["seed"]])
+        for r in runs
+        if r["variant"] == variant and r["seed"] in by_seed
     ]
-    return "\n".join(lines)
+    if not pairs:
+        return None
+    diffs = np.stack([d for _, d in pairs])
+    p_values = [None] * diffs.shape[1]
+    if len(pairs) >= 2:
+        p_values = [
+            None if np.allclose(column, column[0]) else float(stats.ttest_1samp(column, 0).pvalue)
+            for column in diffs.T
+        ]
+    return {
+        "seeds": [seed for seed, _ in pairs],
+        "per_seed": diffs.tolist(),
+        "mean": diffs.mean(0).tolist(),
+        "p_value": p_values,
+    }
 
 
-def _summarise(runs: list[dict]) -> dict:
+def _summarise(runs: list[dict], datasets: list[str]) -> dict:
     summary: dict[str, dict] = {}
-    for objective in dict.fromkeys(r["objective"] for r in runs):
-        mine = [r for r in runs if r["objective"] == objective]
-        summary[objective] = {
-            "seeds": len(mine),
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r for r in runs if r["variant"] == variant]
+        summary[variant] = {
+            "seeds": [r["seed"] for r in mine],
             **{
-                metric: np.mean([r[metric] for r in mine], axis=0).tolist()
-                for metric in ("lr_macro_f1", "knn_accuracy")
+                dataset: {
+                    metric: np.mean([r["scores"][dataset][metric] for r in mine], axis=0).tolist()
+                    for metric in METRICS
+                }
+                | {
+                    "vs_mrl": {
+                        metric: paired(runs, variant, dataset, metric)
+                        for metric in METRICS
+                        if variant not in ("mrl", "raw")
+                    }
+                }
+                for dataset in datasets
             },
         }
     return summary
 
 
+def _targets(payload: dict) -> list[dict]:
+    """The issue's targets, on the unsupervised setting's Banking77 16-d F1."""
+    if payload["task_loss"] != "simcse" or "banking77" not in payload["eval_datasets"]:
+        return []
+    column = payload["dims"].index(16) if 16 in payload["dims"] else None
+    targets = []
+    for variant in ("mic", "mipic"):
+        gain = payload["summary"].get(variant, {}).get("banking77", {}).get("vs_mrl", {})
+        result = gain.get("lr_macro_f1")
+        name = (
+            f"{variant.upper()} ≥ MRL + {TARGET_GAIN_POINTS:g} points of Banking77 LR macro F1 at "
+            f"16-d, mean of {TARGET_SEEDS} seeds (unsupervised SimCSE setting)"
+        )
+        if result is None or column is None:
+            targets.append({"target": name, "reached": "not run", "met": False})
+            continue
+        seeds = len(result["seeds"])
+        mean = result["mean"][column]
+        p = result["p_value"][column]
+        reached = f"{mean:+.2f} points over {seeds} seed(s)" + (
+            f", paired t-test p = {p:.3f}" if p is not None else ""
+        )
+        met = seeds >= TARGET_SEEDS and mean >= TARGET_GAIN_POINTS
+        targets.append({"target": name, "reached": reached, "met": met})
+    return targets
+
+
+def _dataset_section(payload: dict, dataset: str) -> list[str]:
+    dims = payload["dims"]
+    lines = [f"## {dataset}", ""]
+    summary = payload["summary"]
+    for metric, title in METRICS.items():
+        rows = [
+            [variant, len(s["seeds"])] + [f"{v * 100:.2f}" for v in s[dataset][metric]]
+            for variant, s in summary.items()
+        ]
+        lines += [f"### {title} (×100, mean over seeds)", ""]
+        lines += [markdown_table(["variant", "seeds", *map(str, dims)], rows), ""]
+        rows = []
+        for variant, s in summary.items():
+            result = s[dataset]["vs_mrl"].get(metric)
+            if result is None:
+                continue
+            p_values = ["" if p is None else f" (p {p:.3f})" for p in result["p_value"]]
+            rows.append(
+                [variant, len(result["seeds"])]
+                + [f"{d:+.2f}{p}" for d, p in zip(result["mean"], p_values, strict=True)]
+            )
+        if rows:
+            lines += [
+                "Paired difference to matched MRL (points, mean over the seeds both ran; "
+                "two-sided one-sample t-test on the per-seed differences):",
+                "",
+                markdown_table(["variant", "seeds", *map(str, dims)], rows),
+                "",
+            ]
+    return lines
+
+
+def markdown(payload: dict) -> str:
+    dims = payload["dims"]
+    setting = "unsupervised SimCSE" if payload["task_loss"] == "simcse" else "supervised"
+    lines = [f"# Low-dimension evaluation, {setting} setting", ""]
+    if payload.get("targets"):
+        lines += ["## Targets", "", targets_table(payload["targets"]), ""]
+    for dataset in payload["eval_datasets"]:
+        lines += _dataset_section(payload, dataset)
+    if "banking77" in payload["eval_datasets"]:
+        rows = [
+            [f"{backbone}: {method}", *(f"{v:.2f}" for v in scores)]
+            for backbone, methods in PAPER_BANKING77.items()
+            for method, scores in methods.items()
+        ]
+        lines += [
+            "## The papers' Banking77 LR F1 (their unsupervised setting)",
+            "",
+            markdown_table(["row", *map(str, PAPER_DIMS)], rows),
+            "",
+        ]
+    lines += ["## Per run (LR macro F1 ×100)", ""]
+    headers = ["variant", "seed", "train s"] + [
+        f"{dataset} F1@{d}" for dataset in payload["eval_datasets"] for d in (dims[0], dims[-1])
+    ]
+    rows = [
+        [r["variant"], r["seed"], f"{r['train_seconds']:.0f}"]
+        + [
+            f"{r['scores'][dataset]['lr_macro_f1'][column] * 100:.2f}"
+            for dataset in payload["eval_datasets"]
+            for column in (0, -1)
+        ]
+        for r in payload["runs"]
+    ]
+    lines += [markdown_table(headers, rows), ""]
+    lines += bullet_sections({"Setting": payload["setting"], "Machine": payload["machine"]})
+    return "\n".join(lines)
+
+
 def plot(payload: dict, path: Path) -> None:
-    figure = Figure(figsize=(6, 4))
-    axis = figure.subplots()
-    for objective, summary in payload["summary"].items():
-        axis.plot(payload["dims"], np.asarray(summary["lr_macro_f1"]) * 100, marker="o",
-                  label=objective)
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(payload["dims"], [str(d) for d in payload["dims"]])
-    axis.set_xlabel("prefix dimension")
-    axis.set_ylabel("LR macro F1 (%)")
-    axis.set_title(f"{payload['dataset']}: nested prefixes")
-    axis.legend()
+    datasets = payload["eval_datasets"]
+    figure = Figure(figsize=(6 * len(datasets), 4))
+    for axis, dataset in zip(np.atleast_1d(figure.subplots(1, len(datasets))), datasets,
+                             strict=True):
+        for variant, summary in payload["summary"].items():
+            axis.plot(payload["dims"], np.asarray(summary[dataset]["lr_macro_f1"]) * 100,
+                      marker="o", label=variant)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(payload["dims"], [str(d) for d in payload["dims"]])
+        axis.set_xlabel("prefix dimension")
+        axis.set_ylabel("LR macro F1 (%)")
+        axis.set_title(f"{dataset}: nested prefixes ({payload['task_loss']})")
+        axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
 
+def _finished_runs(settings: Settings, progress: Progress, setting: dict) -> list[dict]:
+    """The runs of the results file when ``--resume yes`` and its setting is this run's."""
+    path = progress.out / f"{file_stem(results_name(settings), progress.smoke)}.json"
+    if not settings.resume or not path.is_file():
+        return []
+    previous = json.loads(path.read_text(encoding="utf-8"))
+
+    def protocol(block: dict) -> dict:
+        return {k: v for k, v in block.items() if k not in RUN_LIST_KEYS}
+
+    if protocol(previous.get("setting", {})) != protocol(json.loads(json.dumps(setting))):
+        raise SystemExit(f"error: {path} holds another setting; --resume needs the same options")
+    return [r for r in previous["runs"] if r["variant"] != "raw"]
+
+
 def run(settings: Settings, progress: Progress) -> dict:
+    _check(settings)
     torch.set_num_threads(settings.threads)
-    splits = load_dataset(
-        settings.dataset, max_train=settings.max_train, max_test=settings.max_test
-    )
-    train_labels = splits.train.labels[:, -1]
-    test_labels = splits.test.labels[:, -1]
+    unsupervised = settings.task_loss == "simcse"
+    eval_names = list(settings.eval_datasets or (settings.dataset,))
+    splits: dict[str, DatasetSplits] = {
+        name: load_dataset(name, max_train=settings.max_train, max_test=settings.max_test)
+        for name in eval_names
+    }
+    if unsupervised:
+        corpus = unlabelled_corpus(data_dir(), settings.corpus_size)
+        train_texts, train_labels = corpus.texts, None
+        corpus_note = {"corpus_per_source": corpus.per_source, "corpus_seed": corpus.seed}
+    else:
+        train_split = splits.get(settings.dataset) or load_dataset(
+            settings.dataset, max_train=settings.max_train, max_test=settings.max_test
+        )
+        train_texts, train_labels = train_split.train.texts, train_split.train.labels[:, -1]
+        corpus_note = {}
     dims = list(settings.dims)
+    steps = (
+        settings.epochs * (len(train_texts) // settings.batch_size)
+        if settings.epochs
+        else settings.steps
+    )
     base = FinetuneConfig(
         dim=dims[-1], prefix_dims=tuple(dims), unfreeze_layers=settings.unfreeze_layers,
-        steps=settings.steps, batch_size=settings.batch_size,
+        steps=steps, batch_size=settings.batch_size, task_loss=settings.task_loss,
     )
+    setting = {
+        "training_texts": len(train_texts),
+        **corpus_note,
+        "epochs": settings.epochs,
+        **{name: {"lr_train_texts": len(s.train), "test_texts": len(s.test)}
+           for name, s in splits.items()},
+        "max_tokens": settings.max_tokens,
+        "seeds": list(settings.seeds),
+        "ablations": list(settings.ablations),
+        "ablation_seeds": list(settings.ablation_seeds),
+        **{k: v for k, v in base.to_json().items() if k not in PER_RUN_KEYS},
+        "objectives": list(settings.objectives),
+    }
     payload = {
-        "dataset": settings.dataset,
+        "task_loss": settings.task_loss,
+        "eval_datasets": eval_names,
         "dims": dims,
-        "setting": {
-            "train_texts": len(splits.train), "test_texts": len(splits.test),
-            "max_tokens": settings.max_tokens, "seeds": list(settings.seeds),
-            **{k: v for k, v in base.to_json().items() if k not in PER_RUN_KEYS},
-            "objectives": list(settings.objectives),
-        },
+        "setting": setting,
         "machine": {"torch_threads": settings.threads},
         "paper_banking77_lr_f1": {"dims": PAPER_DIMS, **PAPER_BANKING77},
         "runs": [],
         "targets": [],
     }
     raw_encoder = FrozenEncoder(max_tokens=settings.max_tokens)
-    train_features = raw_encoder.encode(list(splits.train.texts), progress=False)
-    test_features = raw_encoder.encode(list(splits.test.texts), progress=False)
-    raw = _evaluate(
-        train_features[:, : dims[-1]], train_labels, test_features[:, : dims[-1]], test_labels,
-        dims,
-    )
-    payload["runs"].append({"objective": "raw", "seed": 0, "train_seconds": 0.0, **raw})
-    # A frozen backbone is shared by every run and its features are computed once.
-    frozen = settings.unfreeze_layers == 0
-    for seed in settings.seeds:
-        for objective in settings.objectives:
-            encoder = raw_encoder if frozen else FrozenEncoder(max_tokens=settings.max_tokens)
-            config = replace(base, objective=objective, seed=seed)
-            start = time.perf_counter()
-            result = finetune(encoder, splits.train.texts, train_labels, config,
-                              features=train_features if frozen else None,
-                              progress=progress.enabled)
-            seconds = time.perf_counter() - start
-            scores = _evaluate(
-                embed_texts(result, encoder, splits.train.texts,
-                            features=train_features if frozen else None),
-                train_labels,
-                embed_texts(result, encoder, splits.test.texts,
-                            features=test_features if frozen else None),
-                test_labels,
-                dims,
-            )
-            payload["runs"].append({"objective": objective, "seed": seed,
-                                    "train_seconds": seconds, "history": result.history,
-                                    **scores})
-            f1 = np.round(np.array(scores["lr_macro_f1"]) * 100, 2)
-            progress(f"{objective} seed {seed}: F1 {f1} ({seconds:.0f} s)")
-            payload["summary"] = _summarise(payload["runs"])
-            progress.checkpoint(payload)
+
+    def score(encode) -> dict:
+        return {
+            name: _scores(encode(s.train.texts), s.train.labels[:, -1], encode(s.test.texts),
+                          s.test.labels[:, -1], dims)
+            for name, s in splits.items()
+        }
+
+    raw_scores = score(lambda texts: raw_encoder.encode(list(texts), progress=False)[:, : dims[-1]])
+    finished = _finished_runs(settings, progress, setting)
+    payload["runs"] = [{"variant": "raw", "seed": 0, "train_seconds": 0.0, "scores": raw_scores},
+                       *finished]
+    done = {(r["variant"], r["seed"]) for r in finished}
+    plan = [(variant, seed) for seed in settings.seeds for variant in settings.objectives]
+    plan += [(variant, seed) for seed in settings.ablation_seeds for variant in settings.ablations]
+    for variant, seed in plan:
+        if (variant, seed) in done:
+            progress(f"{variant} seed {seed}: kept from the results file")
+            continue
+        encoder = FrozenEncoder(max_tokens=settings.max_tokens)
+        config = variant_config(base, variant, seed)
+        start = time.perf_counter()
+        result = finetune(encoder, train_texts, train_labels, config, progress=progress.enabled)
+        seconds = time.perf_counter() - start
+        scores = score(lambda texts, result=result, encoder=encoder: embed_texts(
+            result, encoder, texts))
+        payload["runs"].append({"variant": variant, "objective": config.objective,
+                                "without": list(config.without), "seed": seed,
+                                "train_seconds": seconds, "history": result.history,
+                                "scores": scores})
+        f1 = {name: round(s["lr_macro_f1"][0] * 100, 2) for name, s in scores.items()}
+        progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({seconds:.0f} s, {steps} steps)")
+        payload["summary"] = _summarise(payload["runs"], eval_names)
+        payload["targets"] = _targets(payload)
+        progress.checkpoint(payload)
+    payload["summary"] = _summarise(payload["runs"], eval_names)
+    payload["targets"] = _targets(payload)
     return payload

@@ -297,6 +297,10 @@ def _check_bundle_dirs(bundle_dir: Path, args: argparse.Namespace) -> None:
     from training.quantize import twin_dir
 
     folders = [bundle_dir] if args.no_fast_twin else [bundle_dir, twin_dir(bundle_dir)]
+    if not args.no_fast_twin:
+        _recipe(args)
+        if args.max_knn_cost != args.max_knn_cost:  # NaN
+            raise FractalError("the k-NN cost bound (--max-knn-cost) must be a number of points")
     with bundle_errors_as_fractal():
         for folder in folders:
             check_out_dir(folder, args.overwrite)
@@ -316,11 +320,12 @@ def _write_fast_twin(bundle_dir: Path, data, args: argparse.Namespace) -> None:
             recipe=recipe,
             overwrite=args.overwrite,
         )
-    except FractalError as exc:
+    except Exception as exc:  # the quantiser's own failures too: say what was written
         stale = (twin / MANIFEST_FILE).is_file()  # kept by a refused --overwrite
         earlier = f", and {twin} still holds the twin of an earlier bundle" if stale else ""
+        reason = str(exc) if isinstance(exc, FractalError) else f"{type(exc).__name__}: {exc}"
         raise FractalError(
-            f"{exc}; the fp32 bundle {bundle_dir} is written{earlier} "
+            f"{reason}; the fp32 bundle {bundle_dir} is written{earlier} "
             "(--no-fast-twin skips the twin)"
         ) from None
     _print_twin("fast twin", twin, manifest, recipe)
@@ -654,6 +659,8 @@ def _cmd_finetune(args):
         backbone_learning_rate=args.lr,
         head_learning_rate=args.head_lr,
         seed=args.seed,
+        task_loss=args.task_loss,
+        without=tuple(args.without or ()),
     )
     config.validate()
     data_config = _data_config(args)
@@ -826,6 +833,19 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--lr", type=float, default=2e-5, help="backbone learning rate")
     tune.add_argument("--head-lr", type=float, default=1e-3, help="projection learning rate")
     tune.add_argument("--seed", type=int, default=42)
+    tune.add_argument(
+        "--task-loss",
+        default="supervised",
+        help="supervised (the dataset's labels: same label = positive; default) or simcse (the "
+        "MIC/MIPIC papers' unsupervised loss: two dropout views of each training text, no "
+        "labels; needs --unfreeze-layers ≥ 1)",
+    )
+    tune.add_argument(
+        "--without",
+        type=_name_list,
+        metavar="A,B",
+        help="ablation: leave components out (mic: scr,sir; mipic: sia,pic)",
+    )
     tune.add_argument("--out", type=Path, required=True, help="folder for report/ and bundle/")
     tune.add_argument("--name", help="bundle name")
     tune.add_argument("--overwrite", action="store_true", help="replace an existing bundle")

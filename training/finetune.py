@@ -3,8 +3,12 @@ objectives that read token states or whose papers fine-tune the backbone.
 
 The model is a :class:`~training.token_encoder.TokenEncoder`: the backbone with its top
 ``unfreeze_layers`` layers trainable (0 = head-only) plus a token-wise projection to ``dim``.
-Batches are class-balanced — ``batch_size / 2`` labels, two texts each — so that every anchor of
-the supervised contrastive terms has a positive. AdamW with cosine decay, one learning rate for the
+Under the supervised task loss, batches are class-balanced — ``batch_size / 2`` labels, two texts
+each — so that every anchor of the supervised contrastive terms has a positive. Under unsupervised
+SimCSE (``task_loss="simcse"``, the MIC and MIPIC papers' setting) the texts need no labels: each
+epoch is a fresh shuffle cut into batches of ``batch_size`` distinct texts, and each batch goes
+through the encoder twice, stacked, so that the two passes differ by their dropout masks alone
+(:mod:`training.objectives.simcse`). AdamW with cosine decay, one learning rate for the
 backbone (the papers' 2e-5) and one for the projection and the objectives' own parameters.
 
 When the backbone is frozen, the transformer runs once, not once per step: MRL and SFS steps read
@@ -28,14 +32,18 @@ from tqdm.auto import tqdm
 from training.errors import FractalError
 from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
+from training.objectives import mic, mipic
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
 from training.objectives.sfs import SFSLoss
+from training.objectives.simcse import TASK_LOSSES
 from training.objectives.tensors import TokenStates
 from training.token_encoder import CachedTokenStates, TokenEncoder
 
 FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
+ABLATABLE = {"mic": mic.COMPONENTS, "mipic": mipic.COMPONENTS}
+"""The components an ablation (``without``) may leave out, per objective."""
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).
 MIC_PAPER_LAYERS_6L = (2, 4)
 HISTORY_EVERY = 50
@@ -57,6 +65,10 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     seed: int = 42
+    task_loss: str = "supervised"
+    without: tuple[str, ...] = ()
+    """Components of the objective left out (an ablation): MIC's ``scr``/``sir``, MIPIC's
+    ``sia``/``pic``."""
 
     def validate(self) -> None:
         if self.objective not in FINETUNE_OBJECTIVES:
@@ -81,6 +93,20 @@ class FinetuneConfig:
             raise FractalError("steps ≥ 1 and an even batch size ≥ 4 are needed")
         if self.backbone_learning_rate <= 0 or self.head_learning_rate <= 0:
             raise FractalError("learning rates must be positive")
+        if self.task_loss not in TASK_LOSSES:
+            raise FractalError(
+                f"--task-loss must be one of {', '.join(TASK_LOSSES)}, not {self.task_loss!r}"
+            )
+        if self.task_loss == "simcse" and self.unfreeze_layers == 0:
+            raise FractalError(
+                "--task-loss simcse needs a trainable backbone (--unfreeze-layers ≥ 1): its two "
+                "views of a text differ only by the backbone's dropout"
+            )
+        allowed = ABLATABLE.get(self.objective, ())
+        unknown = [name for name in self.without if name not in allowed]
+        if unknown:
+            components = f"the components {', '.join(allowed)}" if allowed else "none to leave out"
+            raise FractalError(f"--without {','.join(unknown)}: {self.objective} has {components}")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -109,18 +135,24 @@ def align_layers(model: TokenEncoder) -> list[int]:
 
 
 def build_loss(config: FinetuneConfig, model: TokenEncoder) -> nn.Module:
+    task = config.task_loss
     if config.objective == "mrl":
-        return MatryoshkaContrastiveLoss(config.prefix_dims)
+        return MatryoshkaContrastiveLoss(config.prefix_dims, task_loss=task)
     if config.objective == "sfs":
-        return SFSLoss(config.fragment_dim)
+        return SFSLoss(config.fragment_dim, task_loss=task)
     if config.objective == "mic":
-        return MICLoss(config.prefix_dims, align_layers(model), pooling=model.pooling)
+        return MICLoss(
+            config.prefix_dims, align_layers(model), pooling=model.pooling, task_loss=task,
+            without=config.without,
+        )
     return MIPICLoss(
         config.prefix_dims,
         list(range(model.first_trainable_layer, model.num_layers + 1)),
         model.num_layers,
         hidden_size=model.projection.in_features,
         pooling=model.pooling,
+        task_loss=task,
+        without=config.without,
     )
 
 
@@ -145,10 +177,25 @@ def balanced_batches(
     return batches
 
 
+def epoch_batches(
+    count: int, batch_size: int, steps: int, generator: np.random.Generator
+) -> list[np.ndarray]:
+    """``steps`` batches of ``batch_size`` distinct texts of ``count``: each epoch a fresh
+    shuffle, its last incomplete batch dropped (so no batch holds a text twice)."""
+    if count < batch_size:
+        raise FractalError(f"batch size {batch_size} needs at least as many texts, got {count}")
+    batches: list[np.ndarray] = []
+    per_epoch = count // batch_size
+    while len(batches) < steps:
+        order = generator.permutation(count)
+        batches += [order[i * batch_size : (i + 1) * batch_size] for i in range(per_epoch)]
+    return batches[:steps]
+
+
 def finetune(
     encoder: FrozenEncoder,
     texts: list[str] | tuple[str, ...],
-    labels: np.ndarray,
+    labels: np.ndarray | None,
     config: FinetuneConfig,
     *,
     features: np.ndarray | None = None,
@@ -156,14 +203,16 @@ def finetune(
 ) -> FinetuneResult:
     """Train ``encoder`` (in place, as far as unfrozen) + a projection with ``config.objective``.
 
-    ``labels`` are one integer per text (the finest level). ``features`` are the frozen pooled
+    ``labels`` are one integer per text (the finest level); the ``simcse`` task loss ignores
+    them (``None`` is fine). ``features`` are the frozen pooled
     features of ``texts``; with a frozen backbone and MRL/SFS they replace the transformer pass.
     On return the encoder is in eval mode, and if its weights changed its fingerprint says so, so
     that feature caches never mix fine-tuned and original features.
     """
     config.validate()
-    if len(texts) != len(labels):
-        raise ValueError("texts and labels differ in length")
+    unsupervised = config.task_loss == "simcse"
+    if not unsupervised and (labels is None or len(texts) != len(labels)):
+        raise ValueError("the supervised task loss needs one label per text")
     torch.manual_seed(config.seed)
     generator = np.random.default_rng(config.seed)
     model = TokenEncoder(encoder, config.dim, config.unfreeze_layers)
@@ -180,7 +229,7 @@ def finetune(
     optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.steps)
     trainable = [p for group in groups for p in group["params"]]
-    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    y = None if unsupervised else torch.from_numpy(np.asarray(labels, dtype=np.int64))
     x = torch.from_numpy(np.ascontiguousarray(features, np.float32)) if use_features else None
     cache = (
         CachedTokenStates.compute(encoder, texts)
@@ -190,7 +239,11 @@ def finetune(
     result = FinetuneResult(model=model, loss=loss_fn, config=config)
     model.train()
     running, since_record = 0.0, 0
-    batches = balanced_batches(np.asarray(labels), config.batch_size, config.steps, generator)
+    batches = (
+        epoch_batches(len(texts), config.batch_size, config.steps, generator)
+        if unsupervised
+        else balanced_batches(np.asarray(labels), config.batch_size, config.steps, generator)
+    )
     for step, batch in enumerate(
         tqdm(batches, desc=f"finetune {config.objective}", disable=not progress, leave=False), 1
     ):
@@ -199,16 +252,18 @@ def finetune(
         elif cache is not None:
             states = model.from_cache(cache, batch)
         else:
+            batch_texts = [texts[i] for i in batch]
             tokens = encoder.tokenizer(
-                [texts[i] for i in batch],
+                batch_texts * 2 if unsupervised else batch_texts,
                 padding=True,
                 truncation=True,
                 max_length=encoder.config.max_tokens,
                 return_tensors="pt",
             ).to(encoder.device)
             states = model(tokens["input_ids"], tokens["attention_mask"])
-        loss = loss_fn(states, y[batch]) if needs_token_states(config.objective) else loss_fn(
-            states.embedding, y[batch]
+        batch_labels = None if y is None else y[batch]
+        loss = loss_fn(
+            states if needs_token_states(config.objective) else states.embedding, batch_labels
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

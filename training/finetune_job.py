@@ -16,7 +16,7 @@ import numpy as np
 
 from bundle import COARSE, FINE
 from training.evaluation.knn import knn_accuracy_table
-from training.evaluation.linear_probe import logistic_regression_f1
+from training.evaluation.linear_probe import logistic_regression_scores
 from training.evaluation.ranking import ranking_metrics
 from training.evaluation.shortlist import measure_shortlist
 from training.export import export_bundle
@@ -36,11 +36,11 @@ def evaluate_finetuned(
 ) -> dict:
     """The run's scores: per-dim LR F1 and k-NN accuracy; for SFS, ranking by SFS and cosine."""
     dims = list(config.prefix_dims)
+    probe = logistic_regression_scores(train_vectors, train_labels, test_vectors, test_labels, dims)
     report: dict = {
         "prefix_dims": dims,
-        "lr_macro_f1": logistic_regression_f1(
-            train_vectors, train_labels, test_vectors, test_labels, dims
-        ).tolist(),
+        "lr_macro_f1": probe["macro_f1"].tolist(),
+        "lr_accuracy": probe["accuracy"].tolist(),
         "knn_accuracy": knn_accuracy_table(
             train_vectors, train_labels[:, None], test_vectors, test_labels[:, None], dims
         )[0].tolist(),
@@ -64,6 +64,7 @@ def _markdown(report: dict, config: FinetuneConfig, dataset: str) -> str:
         "| metric | " + " | ".join(map(str, dims)) + " |",
         "|---|" + "---|" * len(dims),
         "| LR macro F1 | " + " | ".join(f"{v * 100:.2f}" for v in report["lr_macro_f1"]) + " |",
+        "| LR accuracy | " + " | ".join(f"{v * 100:.2f}" for v in report["lr_accuracy"]) + " |",
         "| 5-NN accuracy | " + " | ".join(f"{v * 100:.2f}" for v in report["knn_accuracy"]) + " |",
         "",
     ]

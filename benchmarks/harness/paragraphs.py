@@ -13,15 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-WIKI_FILE = Path("clinc150") / "all_wiki_sents.txt"
+from training.data.unlabelled import wiki_sentences
+
 MIN_WORDS = 36
 """About 1.2 MiniLM tokens per word of these (lower-case, unpunctuated) sentences."""
-
-
-def wiki_sentences(data_dir: Path) -> list[str]:
-    """The distinct, non-empty Wikipedia sentences of the data folder, in file order."""
-    text = (data_dir / WIKI_FILE).read_text(encoding="utf-8")
-    return list(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
 
 
 def paragraphs(data_dir: Path, count: int, seed: int = 0) -> list[str]:

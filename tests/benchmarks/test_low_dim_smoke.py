@@ -18,12 +18,46 @@ def test_low_dim_smoke(tmp_path: Path) -> None:
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [f"{name}.{suffix}" for suffix in ("json", "md", "png")]
     report = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
-    assert [r["objective"] for r in report["runs"]] == ["raw", "mrl", "mic", "mipic"]
-    for run in report["runs"]:
-        assert len(run["lr_macro_f1"]) == len(run["knn_accuracy"]) == 3
-        assert all(0 <= v <= 1 for v in run["lr_macro_f1"] + run["knn_accuracy"])
+    assert [r["variant"] for r in report["runs"]] == ["raw", "mrl", "mic", "mipic"]
+    _check_scores(report, ["banking77"], 3)
     assert set(report["summary"]) == {"raw", "mrl", "mic", "mipic"}
-    assert "Difference to matched MRL" in (tmp_path / f"{name}.md").read_text(encoding="utf-8")
+    assert report["targets"] == []  # the issue's targets are on the unsupervised setting
+    assert "Paired difference to matched MRL" in (tmp_path / f"{name}.md").read_text("utf-8")
+
+
+@pytest.mark.slow
+def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
+    """The papers' setting: SimCSE on the unlabelled mix, scored on two datasets, one ablation;
+    a second run with --resume keeps the first one's runs and adds the new seed's."""
+    options = ["--task-loss", "simcse", "--corpus-size", "60", "--dims", "16,384",
+               "--eval-datasets", "banking77,clinc150", "--objectives", "mrl,mic",
+               "--ablations", "mic-sir", "--epochs", "1"]
+    _, first = run_smoke("low_dim", tmp_path, *options, "--seeds", "1")
+    assert first["setting"]["corpus_per_source"] == {"banking77": 20, "clinc150": 20,
+                                                     "wikipedia": 20}
+    assert first["setting"]["steps"] == 60 // 8
+    assert [(r["variant"], r["seed"]) for r in first["runs"]] == [
+        ("raw", 0), ("mrl", 1), ("mic", 1), ("mic-sir", 42)
+    ]
+    _check_scores(first, ["banking77", "clinc150"], 2)
+    target = first["targets"][0]
+    assert target["met"] is False and "over 1 seed(s)" in target["reached"]
+    _, second = run_smoke("low_dim", tmp_path, *options, "--seeds", "1,2", "--resume", "yes")
+    kept = [r for r in second["runs"] if r["seed"] == 1]
+    assert kept == [r for r in first["runs"] if r["seed"] == 1]
+    assert [(r["variant"], r["seed"]) for r in second["runs"]][-2:] == [("mrl", 2), ("mic", 2)]
+    paired = second["summary"]["mic"]["banking77"]["vs_mrl"]["lr_macro_f1"]
+    assert paired["seeds"] == [1, 2] and len(paired["p_value"]) == 2
+    with pytest.raises(SystemExit, match="another setting"):
+        run_smoke("low_dim", tmp_path, *options, "--epochs", "2", "--resume", "yes")
+
+
+def _check_scores(report: dict, datasets: list[str], dims: int) -> None:
+    for run in report["runs"]:
+        for dataset in datasets:
+            scores = run["scores"][dataset]
+            assert all(len(scores[metric]) == dims for metric in scores)
+            assert all(0 <= v <= 1 for values in scores.values() for v in values)
 
 
 @pytest.mark.slow

@@ -13,11 +13,11 @@ from training.objectives.mic import MICLoss, soft_collapse, spectral_isotropy
 from training.objectives.mipic import (
     MIPICLoss,
     checkpoint_layers,
-    info_nce,
     linear_cka,
     top_k_ratios,
 )
 from training.objectives.sfs import SFSLoss, fragment_normalize
+from training.objectives.simcse import info_nce, simcse
 from training.objectives.tensors import TokenStates
 
 
@@ -200,3 +200,93 @@ def test_mipic_loss_combines_its_parts_with_alpha() -> None:
     value = loss(states, labels)
     value.backward()
     assert all(p.grad is not None for p in loss.projectors.parameters())
+
+
+def test_simcse_hand_value() -> None:
+    """Eq. 8 of the MIC appendix: each first view picks its own second view among the batch's."""
+    first = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    second = torch.tensor([[3.0, 1.0], [-1.0, 2.0], [0.0, 1.0]])
+    tau = 0.05
+
+    def cos(a: list[float], b: list[float]) -> float:
+        return (a[0] * b[0] + a[1] * b[1]) / math.hypot(*a) / math.hypot(*b)
+
+    rows_a, rows_b = first.tolist(), second.tolist()
+    expected = np.mean([
+        -cos(rows_a[i], rows_b[i]) / tau
+        + math.log(sum(math.exp(cos(rows_a[i], rows_b[j]) / tau) for j in range(3)))
+        for i in range(3)
+    ])
+    assert float(simcse(torch.cat([first, second]), tau)) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="even number"):
+        simcse(torch.randn(5, 2), tau)
+    with pytest.raises(ValueError, match="supervised, simcse"):
+        MatryoshkaContrastiveLoss([1, 2], task_loss="unsupervised")
+
+
+def test_matryoshka_simcse_averages_eq8_over_the_prefixes_without_labels() -> None:
+    rng = torch.Generator().manual_seed(3)
+    views = torch.randn(8, 6, generator=rng)
+    got = MatryoshkaContrastiveLoss([2, 6], task_loss="simcse")(views, None)
+    expected = (simcse(views[:, :2], 0.05) + simcse(views, 0.05)) / 2
+    assert float(got) == pytest.approx(float(expected), rel=1e-6)
+    # SFS under SimCSE: Eq. 8 with S_frag as the score.
+    sfs = SFSLoss(3, task_loss="simcse")(views, None)
+    assert float(sfs) == pytest.approx(float(simcse(fragment_normalize(views, 3), 0.05)), rel=1e-6)
+
+
+def _two_view_states(batch: int = 3) -> TokenStates:
+    rng = torch.Generator().manual_seed(4)
+    hidden = torch.randn(2 * batch, 5, 4, generator=rng)
+    mask = torch.ones(2 * batch, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    mask[batch + 1, 3:] = 0
+    return TokenStates(torch.randn(2 * batch, 4, generator=rng), (hidden, hidden * 2.0), mask)
+
+
+def test_mic_under_simcse_regularises_the_first_views_and_ablates_components() -> None:
+    states = _two_view_states()
+    first = states.first_rows(3)
+    assert first.embedding.shape == (3, 4) and first.layers[1].shape == (3, 5, 4)
+    assert torch.equal(first.attention_mask, states.attention_mask[:3])
+    task = MatryoshkaContrastiveLoss([1, 2, 4], task_loss="simcse")(states.embedding, None)
+    full = MICLoss([1, 2, 4], align_layers=[0, 1], task_loss="simcse")
+    expected = task + 0.6 * full.alignment(first)
+    assert float(full(states, None)) == pytest.approx(float(expected), rel=1e-6)
+    # Seeing both views would give another value: the test can tell the two apart.
+    assert float(full.alignment(states)) != pytest.approx(float(full.alignment(first)), rel=1e-3)
+    m = first.attention_mask[..., None].float()
+    sir_only = MICLoss([1, 2, 4], align_layers=[0, 1], task_loss="simcse", without=("scr",))
+    sir_terms = [
+        spectral_isotropy((x[..., :d] * m).sum(1) / m.sum(1))
+        for x in first.layers for d in (1, 2)
+    ]
+    assert float(sir_only(states, None)) == pytest.approx(
+        float(task + 0.6 * torch.stack(sir_terms).mean()), rel=1e-6
+    )
+    neither = MICLoss([1, 2, 4], align_layers=[0, 1], task_loss="simcse", without=("scr", "sir"))
+    assert float(neither(states, None)) == pytest.approx(float(task), rel=1e-6)
+    with pytest.raises(ValueError, match="components"):
+        MICLoss([1, 2, 4], align_layers=[0], without=("pic",))
+
+
+@torch.no_grad()
+def test_mipic_ablations_drop_their_term() -> None:
+    rng = torch.Generator().manual_seed(5)
+    batch, layers, width = 3, 2, 4
+    hidden = tuple(torch.randn(2 * batch, 6, width, generator=rng) for _ in range(layers + 1))
+    mask = torch.ones(2 * batch, 6, dtype=torch.long)
+    states = TokenStates(hidden[-1][:, 0] * 1.0, hidden, mask)
+    kwargs = {"hidden_size": width, "task_loss": "simcse"}
+    full = MIPICLoss([2, 4], [1, 2], layers, **kwargs)
+    first = states.first_rows(batch)
+    task = full.task(states.embedding, None)
+    expected = 0.4 * task + 0.6 * (full.sia(first) + full.pic(first))
+    assert float(full(states, None)) == pytest.approx(float(expected), rel=1e-6)
+    no_pic = MIPICLoss([2, 4], [1, 2], layers, without=("pic",), **kwargs)
+    no_pic.load_state_dict(full.state_dict())
+    assert float(no_pic(states, None)) == pytest.approx(
+        float(0.4 * task + 0.6 * full.sia(first)), rel=1e-6
+    )
+    neither = MIPICLoss([2, 4], [1, 2], layers, without=("sia", "pic"), **kwargs)
+    assert float(neither(states, None)) == pytest.approx(float(0.4 * task), rel=1e-6)

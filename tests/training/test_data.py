@@ -26,6 +26,7 @@ from training.data.hub import (
     write_clinc150_files,
 )
 from training.data.registry import DATA_DIR_VARIABLE, DATASETS, data_dir, load_dataset
+from training.data.unlabelled import unlabelled_corpus
 from training.errors import FractalError
 
 TREC_LINES = """\
@@ -554,3 +555,19 @@ def test_registry_rejects_bad_caps_and_options_for_named_datasets() -> None:
         load_dataset("clinc150", max_train=0)
     with pytest.raises(FractalError, match="options text_column apply to your own files"):
         load_dataset("clinc150", text_column="utterance")
+
+
+def test_unlabelled_corpus_mixes_three_sources_without_test_texts() -> None:
+    corpus = unlabelled_corpus(data_dir(), 3001, seed=1)
+    assert len(corpus.texts) == len(set(corpus.texts)) == 3001
+    assert corpus.per_source == {"banking77": 1001, "clinc150": 1000, "wikipedia": 1000}
+    test_texts = {
+        text
+        for name in ("banking77", "clinc150")
+        for text in load_dataset(name, max_train=None, max_test=None).test.texts
+    }
+    assert not test_texts & set(corpus.texts)
+    assert unlabelled_corpus(data_dir(), 3001, seed=1).texts == corpus.texts
+    assert unlabelled_corpus(data_dir(), 3001, seed=2).texts != corpus.texts
+    with pytest.raises(FractalError, match="fewer than the 100000 asked for"):
+        unlabelled_corpus(data_dir(), 100_000)

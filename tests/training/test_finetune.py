@@ -4,6 +4,7 @@ answer to bad input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,13 @@ from training.cli import main
 from training.data.registry import load_dataset
 from training.errors import FractalError
 from training.export import ONNX_TOLERANCE
-from training.finetune import FinetuneConfig, align_layers, balanced_batches, finetune
+from training.finetune import (
+    FinetuneConfig,
+    align_layers,
+    balanced_batches,
+    epoch_batches,
+    finetune,
+)
 from training.finetune_job import run_finetune
 from training.frozen_encoder import FrozenEncoder
 from training.prepared_data import DataConfig
@@ -69,6 +76,32 @@ def test_head_only_and_full_unfreezing() -> None:
     assert len(states.layers) == 7 and states.layers[3].shape[-1] == 384
 
 
+def test_epoch_batches_visit_each_text_once_an_epoch() -> None:
+    batches = epoch_batches(10, 4, 5, np.random.default_rng(0))
+    assert len(batches) == 5 and all(len(set(batch)) == 4 for batch in batches)
+    # Two full batches an epoch (the last incomplete one dropped): no text twice in an epoch.
+    for epoch in (batches[0:2], batches[2:4]):
+        assert len(set(np.concatenate(epoch))) == 8
+    with pytest.raises(FractalError, match="batch size 4 needs at least as many texts"):
+        epoch_batches(3, 4, 1, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+def test_simcse_trains_on_unlabelled_texts_with_two_dropout_views() -> None:
+    encoder = FrozenEncoder(max_tokens=16)
+    texts = load_dataset("banking77", max_train=40, max_test=8).train.texts
+    before = _snapshot(encoder.model)
+    config = FinetuneConfig(objective="mic", unfreeze_layers=1, steps=2, batch_size=8,
+                            task_loss="simcse", without=("scr",), backbone_learning_rate=1e-3)
+    result = finetune(encoder, texts, None, config, progress=False)
+    assert result.loss.task.task_loss == "simcse" and result.loss.components == ["sir"]
+    after = dict(encoder.model.named_parameters())
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+    assert all(np.isfinite(entry["loss"]) for entry in result.history)
+    with pytest.raises(ValueError, match="one label per text"):
+        finetune(encoder, texts, None, replace(config, task_loss="supervised"), progress=False)
+
+
 def test_balanced_batches_give_every_anchor_a_positive() -> None:
     labels = np.repeat(np.arange(10), 3)
     for batch in balanced_batches(labels, 8, 5, np.random.default_rng(0)):
@@ -105,6 +138,10 @@ def test_sfs_bundle_of_a_fine_tuned_encoder_round_trips(tmp_path: Path) -> None:
         (["--objective", "mic", "--prefix-dims", "16,32"], "end at dim=384"),
         (["--objective", "mic", "--batch-size", "7"], "even batch size"),
         (["--objective", "mic", "--dataset", "imdb"], "unknown dataset 'imdb'"),
+        (["--objective", "mic", "--task-loss", "nope"], "--task-loss must be one of"),
+        (["--objective", "mrl", "--task-loss", "simcse"], "needs a trainable backbone"),
+        (["--objective", "mrl", "--without", "scr"], "mrl has none to leave out"),
+        (["--objective", "mipic", "--without", "scr"], "the components sia, pic"),
     ],
 )
 def test_finetune_cli_bad_input_exits_2(

@@ -5,11 +5,18 @@ contrastive loss on every nested prefix ``e_{1:m}``, ``m ∈ M``, averaged over 
 
     L_MRL = (1/|M|) Σ_m InfoNCE(ê_{1:m})
 
-Both papers instantiate InfoNCE as unsupervised SimCSE (two dropout views of each sentence). Our
-training sets are labelled intents, so the positives of an anchor are the other texts of the
-batch with its label (supervised InfoNCE, :func:`~training.objectives.base.supervised_contrastive`)
-at ``τ = 0.05`` (MIPIC, Table 6). MIC, MIPIC and this baseline share it exactly, so a difference
-between them is caused by their extra terms alone.
+The InfoNCE is one of two task losses (:data:`~training.objectives.simcse.TASK_LOSSES`):
+
+- ``supervised`` (our default, for labelled intents): the positives of an anchor are the other
+  texts of the batch with its label (:func:`~training.objectives.base.supervised_contrastive`);
+- ``simcse``, the papers' own: unsupervised SimCSE on a stacked two-view batch
+  (:func:`~training.objectives.simcse.simcse`); no labels.
+
+Both use ``τ = 0.05`` (MIPIC, Table 6). MIC, MIPIC and this baseline share the task loss exactly,
+so a difference between them is caused by their extra terms alone. Under ``simcse`` those extra
+terms see the first view only (:meth:`MatryoshkaContrastiveLoss.regularised`): with both views in
+the batch, every sentence would meet its own near-copy as a negative in MIPIC's chain InfoNCE and
+in MIC's uniformity kernel.
 """
 
 from __future__ import annotations
@@ -21,25 +28,42 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.objectives.base import supervised_contrastive
+from training.objectives.simcse import check_task_loss, simcse
+from training.objectives.tensors import TokenStates
 
 CONTRASTIVE_TEMPERATURE = 0.05
 
 
 class MatryoshkaContrastiveLoss(nn.Module):
-    """Mean over the nested prefixes of supervised InfoNCE on the L2-normalised prefix."""
+    """Mean over the nested prefixes of InfoNCE on the L2-normalised prefix: supervised (labels)
+    or unsupervised SimCSE (a two-view batch, ``labels`` ``None``)."""
 
     def __init__(
-        self, prefix_dims: Sequence[int], temperature: float = CONTRASTIVE_TEMPERATURE
+        self,
+        prefix_dims: Sequence[int],
+        temperature: float = CONTRASTIVE_TEMPERATURE,
+        task_loss: str = "supervised",
     ) -> None:
         super().__init__()
         self.prefix_dims = list(prefix_dims)
         self.temperature = temperature
+        self.task_loss = check_task_loss(task_loss)
 
-    def forward(self, embedding: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        losses = [
-            supervised_contrastive(
-                F.normalize(embedding[:, :dim], dim=-1), labels, self.temperature
-            )
-            for dim in self.prefix_dims
-        ]
+    def forward(self, embedding: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        if self.task_loss == "simcse":
+            losses = [simcse(embedding[:, :dim], self.temperature) for dim in self.prefix_dims]
+        else:
+            losses = [
+                supervised_contrastive(
+                    F.normalize(embedding[:, :dim], dim=-1), labels, self.temperature
+                )
+                for dim in self.prefix_dims
+            ]
         return torch.stack(losses).mean()
+
+    def regularised(self, states: TokenStates) -> TokenStates:
+        """The rows an objective's regularisers see: the whole batch, or the first views of a
+        two-view SimCSE batch."""
+        if self.task_loss == "simcse":
+            return states.first_rows(len(states.embedding) // 2)
+        return states

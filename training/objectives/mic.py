@@ -98,8 +98,13 @@ def spectral_isotropy(
     return 0.5 * (cv_loss + torch.log(off_diagonal + LOG_EPS))
 
 
+COMPONENTS = ("scr", "sir")
+"""The regularisers, each of which an ablation may leave out (Table 5 of the paper)."""
+
+
 class MICLoss(nn.Module):
-    """``L_MRL + γ·L_align`` over ``align_layers`` × the nested dims below the state width."""
+    """``L_MRL + γ·L_align`` over ``align_layers`` × the nested dims below the state width;
+    ``without`` leaves components out of ``L_align`` (both out: the matched MRL)."""
 
     def __init__(
         self,
@@ -110,29 +115,43 @@ class MICLoss(nn.Module):
         gamma: float = PAPER_GAMMA,
         tau_corr: float = PAPER_TAU_CORR,
         lambda_var: float = PAPER_LAMBDA_VAR,
+        task_loss: str = "supervised",
+        without: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        self.task = MatryoshkaContrastiveLoss(prefix_dims)
+        unknown = set(without) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"MIC's components are {COMPONENTS}, not {sorted(unknown)}")
+        self.task = MatryoshkaContrastiveLoss(prefix_dims, task_loss=task_loss)
         self.prefix_dims = list(prefix_dims)
         self.align_layers = list(align_layers)
         self.pooling = pooling
         self.gamma = gamma
         self.tau_corr = tau_corr
         self.lambda_var = lambda_var
+        self.components = [name for name in COMPONENTS if name not in without]
 
     def alignment(self, states: TokenStates) -> torch.Tensor:
-        """``L_align``: the mean of ``L_SCR + L_SIR`` over layers and nested dims."""
+        """``L_align``: the mean of ``L_SCR + L_SIR`` (those not left out) over layers and
+        nested dims."""
         terms = []
         for layer in self.align_layers:
             hidden = states.layers[layer]
             for dim in (d for d in self.prefix_dims if d < hidden.shape[-1]):
-                scr = soft_collapse(
-                    hidden, states.attention_mask, dim,
-                    tau_corr=self.tau_corr, lambda_var=self.lambda_var,
-                )
-                pooled = pool(hidden[..., :dim], states.attention_mask, self.pooling)
-                terms.append(scr + spectral_isotropy(pooled))
+                term = hidden.new_zeros(())
+                if "scr" in self.components:
+                    term = term + soft_collapse(
+                        hidden, states.attention_mask, dim,
+                        tau_corr=self.tau_corr, lambda_var=self.lambda_var,
+                    )
+                if "sir" in self.components:
+                    pooled = pool(hidden[..., :dim], states.attention_mask, self.pooling)
+                    term = term + spectral_isotropy(pooled)
+                terms.append(term)
         return torch.stack(terms).mean()
 
-    def forward(self, states: TokenStates, labels: torch.Tensor) -> torch.Tensor:
-        return self.task(states.embedding, labels) + self.gamma * self.alignment(states)
+    def forward(self, states: TokenStates, labels: torch.Tensor | None) -> torch.Tensor:
+        task = self.task(states.embedding, labels)
+        if not self.components:
+            return task
+        return task + self.gamma * self.alignment(self.task.regularised(states))

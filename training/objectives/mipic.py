@@ -45,10 +45,10 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
+from training.objectives.simcse import info_nce
 from training.objectives.tensors import TokenStates
 
 PAPER_ALPHA = 0.4
@@ -88,14 +88,13 @@ def linear_cka(
     return cross / norms.clamp(min=1e-12)
 
 
-def info_nce(anchors: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Eq. 16: row ``i`` of ``anchors`` should pick row ``i`` of ``targets`` among the batch."""
-    logits = F.normalize(anchors, dim=-1) @ F.normalize(targets, dim=-1).T / temperature
-    return F.cross_entropy(logits, torch.arange(len(logits), device=logits.device))
+COMPONENTS = ("sia", "pic")
+"""The distillation terms, each of which an ablation may leave out."""
 
 
 class MIPICLoss(nn.Module):
-    """``α·L_MRL + (1 − α)(L_SIA + L_PIC)``; holds the learnable ``P_i`` and ``φ_i``."""
+    """``α·L_MRL + (1 − α)(L_SIA + L_PIC)``; holds the learnable ``P_i`` and ``φ_i``.
+    ``without`` leaves terms out (both out: ``α·L_MRL``, the matched MRL scaled by ``α``)."""
 
     def __init__(
         self,
@@ -108,9 +107,15 @@ class MIPICLoss(nn.Module):
         alpha: float = PAPER_ALPHA,
         temperature: float = PAPER_TEMPERATURE,
         attention_temperature: float = ATTENTION_TEMPERATURE,
+        task_loss: str = "supervised",
+        without: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        self.task = MatryoshkaContrastiveLoss(prefix_dims, temperature)
+        unknown = set(without) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"MIPIC's components are {COMPONENTS}, not {sorted(unknown)}")
+        self.components = [name for name in COMPONENTS if name not in without]
+        self.task = MatryoshkaContrastiveLoss(prefix_dims, temperature, task_loss)
         self.prefix_dims = list(prefix_dims)
         self.sia_layers = list(sia_layers)
         self.pooling = pooling
@@ -182,6 +187,11 @@ class MIPICLoss(nn.Module):
             states.embedding.new_zeros(()),
         )
 
-    def forward(self, states: TokenStates, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, states: TokenStates, labels: torch.Tensor | None) -> torch.Tensor:
         task = self.task(states.embedding, labels)
-        return self.alpha * task + (1 - self.alpha) * (self.sia(states) + self.pic(states))
+        regularised = self.task.regularised(states)
+        terms = {"sia": self.sia, "pic": self.pic}
+        distillation = sum(
+            (terms[name](regularised) for name in self.components), task.new_zeros(())
+        )
+        return self.alpha * task + (1 - self.alpha) * distillation

@@ -18,7 +18,9 @@ Choices where the paper is silent, all documented here:
 - ``S_frag`` is computed as an inner product of fragment-normalised vectors scaled by
   ``1/sqrt(N_f)`` (:func:`fragment_normalize`), the same map the index uses
   (``index/fragments.py``), so the trained and the served score are the same function;
-- ``d_frag = dim`` is one fragment, i.e. plain cosine InfoNCE: the global-cosine baseline.
+- ``d_frag = dim`` is one fragment, i.e. plain cosine InfoNCE: the global-cosine baseline;
+- under the ``simcse`` task loss (no labels) the positive of a text is its other dropout view
+  (:mod:`training.objectives.simcse`, Eq. 8 with ``S_frag`` in place of the cosine).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.objectives.base import supervised_contrastive
+from training.objectives.simcse import check_task_loss, simcse
 
 SFS_TEMPERATURE = 0.05
 
@@ -45,14 +48,20 @@ def fragment_normalize(embedding: torch.Tensor, fragment_dim: int) -> torch.Tens
 
 
 class SFSLoss(nn.Module):
-    """Supervised InfoNCE over ``S_frag / τ`` of the full embedding (same label = positive)."""
+    """InfoNCE over ``S_frag / τ`` of the full embedding: supervised (same label = positive) or
+    SimCSE (a two-view batch, ``labels`` ``None``)."""
 
-    def __init__(self, fragment_dim: int, temperature: float = SFS_TEMPERATURE) -> None:
+    def __init__(
+        self, fragment_dim: int, temperature: float = SFS_TEMPERATURE, task_loss: str = "supervised"
+    ) -> None:
         super().__init__()
         self.fragment_dim = fragment_dim
         self.temperature = temperature
+        self.task_loss = check_task_loss(task_loss)
 
-    def forward(self, embedding: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return supervised_contrastive(
-            fragment_normalize(embedding, self.fragment_dim), labels, self.temperature
-        )
+    def forward(self, embedding: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        scored = fragment_normalize(embedding, self.fragment_dim)
+        if self.task_loss == "simcse":
+            # The fragment-normalised rows have unit norm: their cosine is S_frag.
+            return simcse(scored, self.temperature)
+        return supervised_contrastive(scored, labels, self.temperature)

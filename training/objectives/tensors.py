@@ -51,3 +51,14 @@ class TokenStates:
         if self.layers[layer] is None:
             return self.frozen_pooled[:, layer, :dim]
         return pool(self.layers[layer][..., :dim], self.attention_mask, pooling)
+
+    def first_rows(self, count: int) -> TokenStates:
+        """The same states for the batch's first ``count`` sequences only."""
+        return TokenStates(
+            embedding=self.embedding[:count],
+            layers=None if self.layers is None else tuple(
+                None if states is None else states[:count] for states in self.layers
+            ),
+            attention_mask=None if self.attention_mask is None else self.attention_mask[:count],
+            frozen_pooled=None if self.frozen_pooled is None else self.frozen_pooled[:count],
+        )
