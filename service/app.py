@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from service.admission import AdmissionMiddleware
-from service.errors import document_unreadable_bodies, install_error_handlers
+from service.errors import document_bad_requests, install_error_handlers
 from service.limits import Limits, LimitsMiddleware, limits_bound
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.routes import collections, documents, embed, openai_compat, search, system
@@ -90,7 +90,7 @@ def _contract(app: FastAPI) -> Callable[[], dict[str, Any]]:
         if built[0] is not limits or built[1] is not settings:
             app.openapi_schema = None
             with limits_bound(limits):
-                schema = document_security(document_unreadable_bodies(build()), settings)
+                schema = document_security(document_bad_requests(build()), settings)
                 schema = search.document_filters(schema)
                 built[:] = [limits, settings, schema]
         return built[2]

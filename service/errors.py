@@ -161,15 +161,27 @@ def error_responses(*statuses: int) -> dict[int | str, dict]:
     }
 
 
-def document_unreadable_bodies(schema: dict) -> dict:
-    """``schema`` with the 400 of every operation that takes a body: FastAPI's answer to a body
-    it cannot decode, before any validation (a body that is not valid JSON is a 422)."""
+UNPARSEABLE_REQUEST = (
+    "the request is not HTTP that the server can parse, or is over its parser's limits (a URL "
+    "of hundreds of kilobytes, say): uvicorn answers in plain text before the API sees it"
+)
+
+
+def document_bad_requests(schema: dict) -> dict:
+    """``schema`` with the 400 of every operation: the HTTP server's plain-text answer to a
+    request it cannot parse, and, for an operation that takes a body, FastAPI's JSON answer to a
+    body it cannot decode, before any validation (a body that is not valid JSON is a 422)."""
     for operations in schema["paths"].values():
         for operation in operations.values():
+            descriptions = [UNPARSEABLE_REQUEST]
+            content: dict = {"text/plain": {"schema": {"type": "string"}}}
             if "requestBody" in operation:
-                description = _ERROR_DESCRIPTIONS[400]
-                content = {"application/json": {"schema": {"$ref": ERROR_SCHEMA_REF}}}
-                operation["responses"]["400"] = {"description": description, "content": content}
+                descriptions.insert(0, _ERROR_DESCRIPTIONS[400])
+                content["application/json"] = {"schema": {"$ref": ERROR_SCHEMA_REF}}
+            operation["responses"]["400"] = {
+                "description": "; or ".join(descriptions),
+                "content": content,
+            }
     return schema
 
 

@@ -41,6 +41,9 @@ EXAMPLES = 100
 MIN_REQUESTS = 2000
 """Requests the two runs must send together."""
 RUN_TIMEOUT_S = 300
+# One worker: with two, hypothesis parses lambda sources in two threads at once, which CPython
+# 3.11.7 can fail with "SystemError: AST constructor recursion depth mismatch" (a runtime error
+# of the fuzzer, not a finding; seen once in CI with seed 20261124).
 KEY = "contract-test-key-0123456789"
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 PHASES = "examples,coverage,fuzzing,stateful"
@@ -78,7 +81,7 @@ def _schemathesis(base_url: str, report_dir: Path, headers: dict[str, str]) -> R
     command = [
         sys.executable, "-m", "schemathesis.cli", "run", f"{base_url}/openapi.json",
         "--phases", PHASES, "--checks", "all", "--max-examples", str(EXAMPLES),
-        "--workers", "2", "--generation-database", "none", "--no-color",
+        "--workers", "1", "--generation-database", "none", "--no-color",
         "--report", "json,har", "--report-dir", str(report_dir),
     ]  # fmt: skip
     seed = os.environ.get("FRACTAL_FUZZ_SEED", DEFAULT_SEED)
