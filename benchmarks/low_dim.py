@@ -19,11 +19,14 @@ Two settings (``--task-loss``):
 ``--ablations mic-scr,mipic-pic`` adds variants with one component left out, trained at
 ``--ablation-seeds``. With ``--resume yes`` the runs already in the results file (same setting)
 are kept and only the missing ones run. The file is rewritten after every run, so an
-interrupted benchmark keeps what it measured.
+interrupted benchmark keeps what it measured; with ``--checkpoint-dir`` a run interrupted
+part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`).
 
     python -m benchmarks low_dim                        # Banking77, 3,000 training texts
     python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \\
-        --out benchmarks/results/low_dim_unsupervised  # CPU-hours: run it in the background
+        --eval-datasets banking77,clinc150 --ablations mic-scr,mic-sir,mipic-sia,mipic-pic \\
+        --threads 2 --resume yes --checkpoint-dir runs/low_dim_checkpoints \\
+        --out benchmarks/results/low_dim_unsupervised  # CPU-hours: in the background
     python -m benchmarks low_dim --smoke --out /tmp/x   # seconds; what CI runs
 
 Writes ``low_dim_<dataset>.{json,md,png}`` (``low_dim_simcse`` for the unsupervised setting;
@@ -51,6 +54,7 @@ from training.data.unlabelled import PAPER_CORPUS_SIZE, unlabelled_corpus
 from training.evaluation.knn import knn_accuracy_table
 from training.evaluation.linear_probe import logistic_regression_scores
 from training.finetune import ABLATABLE, FinetuneConfig, embed_texts, finetune
+from training.finetune_checkpoint import FinetuneCheckpoint
 from training.frozen_encoder import FrozenEncoder
 from training.objectives.simcse import TASK_LOSSES
 
@@ -106,6 +110,9 @@ class Settings:
     max_tokens: int = option(64, "tokens per text")
     threads: int = option(1, "torch threads")
     resume: bool = option(False, "keep the finished runs of the results file", parse=yes_no)
+    checkpoint_dir: Path | None = option(
+        None, "folder for mid-run checkpoints: a run stopped part-way resumes from its last one"
+    )
 
 
 SMOKE = Settings(max_train=120, max_test=40, steps=2, batch_size=8, unfreeze_layers=1)
@@ -396,6 +403,7 @@ def run(settings: Settings, progress: Progress) -> dict:
     payload["runs"] = [{"variant": "raw", "seed": 0, "train_seconds": 0.0, "scores": raw_scores},
                        *finished]
     done = {(r["variant"], r["seed"]) for r in finished}
+    stem = file_stem(results_name(settings), progress.smoke)
     plan = [(variant, seed) for seed in settings.seeds for variant in settings.objectives]
     plan += [(variant, seed) for seed in settings.ablation_seeds for variant in settings.ablations]
     for variant, seed in plan:
@@ -405,7 +413,13 @@ def run(settings: Settings, progress: Progress) -> dict:
         encoder = FrozenEncoder(max_tokens=settings.max_tokens)
         config = variant_config(base, variant, seed)
         start = time.perf_counter()
-        result = finetune(encoder, train_texts, train_labels, config, progress=progress.enabled)
+        checkpoint = (
+            FinetuneCheckpoint(settings.checkpoint_dir / f"{stem}-{variant}-seed{seed}.pt")
+            if settings.checkpoint_dir
+            else None
+        )
+        result = finetune(encoder, train_texts, train_labels, config, progress=progress.enabled,
+                          checkpoint=checkpoint)
         seconds = time.perf_counter() - start
         scores = score(lambda texts, result=result, encoder=encoder: embed_texts(
             result, encoder, texts))

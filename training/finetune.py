@@ -30,6 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from training.errors import FractalError
+from training.finetune_checkpoint import FinetuneCheckpoint
 from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
 from training.objectives import mic, mipic
@@ -200,6 +201,7 @@ def finetune(
     *,
     features: np.ndarray | None = None,
     progress: bool = True,
+    checkpoint: FinetuneCheckpoint | None = None,
 ) -> FinetuneResult:
     """Train ``encoder`` (in place, as far as unfrozen) + a projection with ``config.objective``.
 
@@ -207,7 +209,9 @@ def finetune(
     them (``None`` is fine). ``features`` are the frozen pooled
     features of ``texts``; with a frozen backbone and MRL/SFS they replace the transformer pass.
     On return the encoder is in eval mode, and if its weights changed its fingerprint says so, so
-    that feature caches never mix fine-tuned and original features.
+    that feature caches never mix fine-tuned and original features. With ``checkpoint`` the run
+    saves itself every ``checkpoint.every`` steps and, started again, resumes from the last save
+    (:mod:`training.finetune_checkpoint`).
     """
     config.validate()
     unsupervised = config.task_loss == "simcse"
@@ -237,16 +241,19 @@ def finetune(
         else None
     )
     result = FinetuneResult(model=model, loss=loss_fn, config=config)
-    model.train()
-    running, since_record = 0.0, 0
     batches = (
         epoch_batches(len(texts), config.batch_size, config.steps, generator)
         if unsupervised
         else balanced_batches(np.asarray(labels), config.batch_size, config.steps, generator)
     )
-    for step, batch in enumerate(
-        tqdm(batches, desc=f"finetune {config.objective}", disable=not progress, leave=False), 1
-    ):
+    parts = {"model": model, "loss": loss_fn, "optimizer": optimizer, "scheduler": scheduler}
+    start, losses = checkpoint.load(config.to_json(), parts) if checkpoint else (0, {})
+    result.history = losses.get("history", [])
+    running, since_record = losses.get("running", 0.0), losses.get("since_record", 0)
+    model.train()
+    remaining = tqdm(batches[start:], desc=f"finetune {config.objective}", initial=start,
+                     total=len(batches), disable=not progress, leave=False)
+    for step, batch in enumerate(remaining, start + 1):
         if x is not None:
             states = TokenStates(embedding=model.projection(x[batch]))
         elif cache is not None:
@@ -274,6 +281,11 @@ def finetune(
         if step % HISTORY_EVERY == 0 or step == config.steps:
             result.history.append({"step": step, "loss": running / since_record})
             running, since_record = 0.0, 0
+        if checkpoint is not None and step % checkpoint.every == 0 and step < config.steps:
+            losses = {"history": result.history, "running": running, "since_record": since_record}
+            checkpoint.save(step, config.to_json(), parts, losses)
+    if checkpoint is not None:
+        checkpoint.remove()
     model.eval()
     if config.unfreeze_layers:
         digest = hashlib.sha256()

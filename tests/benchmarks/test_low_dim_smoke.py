@@ -31,7 +31,8 @@ def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
     a second run with --resume keeps the first one's runs and adds the new seed's."""
     options = ["--task-loss", "simcse", "--corpus-size", "60", "--dims", "16,384",
                "--eval-datasets", "banking77,clinc150", "--objectives", "mrl,mic",
-               "--ablations", "mic-sir", "--epochs", "1"]
+               "--ablations", "mic-sir", "--epochs", "1",
+               "--checkpoint-dir", str(tmp_path / "checkpoints")]
     _, first = run_smoke("low_dim", tmp_path, *options, "--seeds", "1")
     assert first["setting"]["corpus_per_source"] == {"banking77": 20, "clinc150": 20,
                                                      "wikipedia": 20}
@@ -40,6 +41,7 @@ def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
         ("raw", 0), ("mrl", 1), ("mic", 1), ("mic-sir", 42)
     ]
     _check_scores(first, ["banking77", "clinc150"], 2)
+    assert not list((tmp_path / "checkpoints").glob("*"))  # each removed when its run completed
     target = first["targets"][0]
     assert target["met"] is False and "over 1 seed(s)" in target["reached"]
     _, second = run_smoke("low_dim", tmp_path, *options, "--seeds", "1,2", "--resume", "yes")

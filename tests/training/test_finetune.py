@@ -4,7 +4,7 @@ answer to bad input."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from training.finetune import (
     epoch_batches,
     finetune,
 )
+from training.finetune_checkpoint import FinetuneCheckpoint
 from training.finetune_job import run_finetune
 from training.frozen_encoder import FrozenEncoder
 from training.prepared_data import DataConfig
@@ -100,6 +101,54 @@ def test_simcse_trains_on_unlabelled_texts_with_two_dropout_views() -> None:
     assert all(np.isfinite(entry["loss"]) for entry in result.history)
     with pytest.raises(ValueError, match="one label per text"):
         finetune(encoder, texts, None, replace(config, task_loss="supervised"), progress=False)
+
+
+class _Crash(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _CrashAfterSave(FinetuneCheckpoint):
+    """A checkpoint whose run dies right after its save at ``crash_at``."""
+
+    crash_at: int = 0
+
+    def save(self, step: int, *args) -> None:
+        super().save(step, *args)
+        if step == self.crash_at:
+            raise _Crash
+
+
+@pytest.mark.slow
+def test_a_run_stopped_part_way_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    texts = load_dataset("banking77", max_train=40, max_test=8).train.texts
+    config = FinetuneConfig(objective="mipic", unfreeze_layers=1, steps=6, batch_size=4,
+                            task_loss="simcse", backbone_learning_rate=1e-3)
+
+    def train(checkpoint: FinetuneCheckpoint | None):
+        encoder = FrozenEncoder(max_tokens=16)
+        return finetune(encoder, texts, None, config, progress=False, checkpoint=checkpoint)
+
+    whole = train(None)
+    path = tmp_path / "run.pt"
+    with pytest.raises(_Crash):
+        train(_CrashAfterSave(path, every=2, crash_at=4))
+    assert path.is_file()
+    resumed = train(FinetuneCheckpoint(path, every=2))
+    assert not path.exists()  # removed once the run completed
+    for name, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[name], value, msg=name)
+    for name, value in whole.loss.state_dict().items():
+        torch.testing.assert_close(resumed.loss.state_dict()[name], value, msg=name)
+    # The mean loss of steps 1–6 (the running sum of steps 1–4 came from the checkpoint).
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in whole.history] == [6]
+    assert resumed.history[0]["loss"] == pytest.approx(whole.history[0]["loss"], rel=1e-5)
+    # A checkpoint of another config is refused, not silently loaded.
+    with pytest.raises(_Crash):
+        train(_CrashAfterSave(path, every=2, crash_at=2))
+    config = replace(config, seed=7)
+    with pytest.raises(FractalError, match="a checkpoint of another run"):
+        train(FinetuneCheckpoint(path, every=2))
 
 
 def test_balanced_batches_give_every_anchor_a_positive() -> None:
