@@ -22,7 +22,8 @@ served_corpus`) with the settings named, all others at their defaults:
   leaves a core to HTTP and search;
 - ``fp32, limit concurrency 64``: ``FRACTAL_LIMIT_CONCURRENCY=64``; these concurrencies stay
   below it, so it shows what the admission check itself costs;
-- ``int8``: the same bundle with a dynamic int8 encoder (``fractal quantize``; made here from
+- ``int8``: the same bundle with a dynamic int8 ONNX Runtime encoder (``fractal quantize
+  --recipe onnxruntime-int8``, the runtime whose settings these variants compare; made here from
   the fp32 bundle unless ``--int8-bundle`` is given);
 - ``int8, spin``: the int8 bundle with ``FRACTAL_ENCODER_SPIN=true``.
 
@@ -48,6 +49,7 @@ Writes ``service_settings[_smoke].{json,md,png}`` under ``--out`` (default
 
 from __future__ import annotations
 
+import argparse
 import math
 import tempfile
 from collections.abc import Iterable
@@ -100,6 +102,19 @@ VARIANTS = (
 BASELINE = "fp32"
 
 
+def onnxruntime_int8_bundle(text: str) -> Path:
+    """An ``--int8-bundle`` value: a bundle folder whose encoder is an ONNX Runtime int8 twin
+    (an OpenVINO twin ignores the spinning that two variants compare)."""
+    path = bundle_folder(text)
+    quantization = load_bundle(path).quantization
+    if quantization is None or quantization.runtime != "onnxruntime":
+        made = "not quantised" if quantization is None else f"made for {quantization.runtime}"
+        raise argparse.ArgumentTypeError(
+            f"{path}: {made}; make one with `fractal quantize --recipe onnxruntime-int8`"
+        )
+    return path
+
+
 @dataclass(frozen=True)
 class Settings(WrkSettings):
     """Every parameter of a run: the corpus, the service and the load cells
@@ -120,7 +135,10 @@ class Settings(WrkSettings):
     warmup_requests: int = 24
     bundle: Path = option(DEFAULT_BUNDLE, "the fp32 bundle", parse=bundle_folder)
     int8_bundle: Path | None = option(
-        None, "its int8 twin (default: made here, `fractal quantize`'s recipe)", parse=bundle_folder
+        None,
+        "its ONNX Runtime int8 twin (default: made here, `fractal quantize --recipe "
+        "onnxruntime-int8`)",
+        parse=onnxruntime_int8_bundle,
     )
     index_dir: Path | None = option(
         None,
@@ -144,11 +162,14 @@ SMOKE = Settings(
 
 
 def int8_bundle(fp32: Path, target: Path, settings: Settings) -> None:
-    """Write the int8 twin of ``fp32`` to ``target`` (``fractal quantize``'s recipe)."""
-    from training.quantize import quantize_bundle
+    """Write the ONNX Runtime int8 twin of ``fp32`` to ``target`` (``fractal quantize --recipe
+    onnxruntime-int8``: the variants compare ONNX Runtime's settings, spinning among them)."""
+    from training.quantize import RECIPES, quantize_bundle
 
     data = load_dataset("clinc150", max_train=settings.check_train, max_test=settings.check_test)
-    quantize_bundle(fp32, target, data, max_knn_cost_points=math.inf)
+    quantize_bundle(
+        fp32, target, data, max_knn_cost_points=math.inf, recipe=RECIPES["onnxruntime-int8"]
+    )
 
 
 def _median(values: Iterable[float | None]) -> float:

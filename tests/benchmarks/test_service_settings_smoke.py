@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from benchmarks import service_settings
 from benchmarks.harness.wrk import has_wrk
-from benchmarks.service_settings import SMOKE, VARIANTS
+from benchmarks.service_settings import SMOKE, VARIANTS, onnxruntime_int8_bundle
 from tests.benchmarks.smoke import run_smoke
 from tests.service.bundles import v5_bundle
 
@@ -47,3 +48,10 @@ def test_service_settings_smoke_run(
         assert row["texts_per_encode_call"] >= 1, row
     baseline = [r for r in report["summary"] if r["variant"] == service_settings.BASELINE]
     assert all(row["qps_vs_baseline"] == 1.0 for row in baseline)
+
+
+def test_int8_bundle_option_refuses_a_bundle_without_onnxruntime_int8(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not quantised.*onnxruntime-int8"):
+        onnxruntime_int8_bundle(str(v5_bundle(tmp_path_factory)))
