@@ -20,7 +20,9 @@ to. The variants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +70,16 @@ def fused_variant(bundle_dir: Path, folder: Path) -> dict:
     target = variant_folder(bundle_dir, folder)
     # The optimiser logs every pattern it fails to match at WARNING; those are expected here.
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    model = optimizer.optimize_model(
-        str(bundle_dir / ENCODER_FILE), model_type="bert", num_heads=0, hidden_size=0, opt_level=1
-    )
+    # Where its symbolic shape inference stops short, the optimiser saves the partial graph
+    # (90 MB) into the working directory; a scratch one keeps it out of the checkout.
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+        model = optimizer.optimize_model(
+            str((bundle_dir / ENCODER_FILE).resolve()),
+            model_type="bert",
+            num_heads=0,
+            hidden_size=0,
+            opt_level=1,
+        )
     model.save_model_to_file(str(target / ENCODER_FILE))
     fused = model.get_fused_operator_statistics()
     return {name: count for name, count in fused.items() if count}
