@@ -309,9 +309,16 @@ def plot(payload: dict, path: Path) -> None:
     figure = Figure(figsize=(6 * len(datasets), 4))
     for axis, dataset in zip(np.atleast_1d(figure.subplots(1, len(datasets))), datasets,
                              strict=True):
+        colours = {}
         for variant, summary in payload["summary"].items():
-            axis.plot(payload["dims"], np.asarray(summary[dataset]["lr_macro_f1"]) * 100,
-                      marker="o", label=variant)
+            (line,) = axis.plot(payload["dims"], np.asarray(summary[dataset]["lr_macro_f1"]) * 100,
+                                marker="o", label=variant)
+            colours[variant] = line.get_color()
+        if dataset == "banking77" and payload["task_loss"] == "simcse":  # the papers' setting
+            paper = payload["paper_banking77_lr_f1"]
+            for method, scores in paper["BERT-base"].items():
+                axis.plot(paper["dims"], scores, linestyle="--", marker=".", alpha=0.6,
+                          color=colours.get(method.lower()), label=f"paper, BERT-base {method}")
         axis.set_xscale("log", base=2)
         axis.set_xticks(payload["dims"], [str(d) for d in payload["dims"]])
         axis.set_xlabel("prefix dimension")
@@ -431,7 +438,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({seconds:.0f} s, {steps} steps)")
         payload["summary"] = _summarise(payload["runs"], eval_names)
         payload["targets"] = _targets(payload)
-        progress.checkpoint(payload)
+        progress.checkpoint(payload, plot=True)
     payload["summary"] = _summarise(payload["runs"], eval_names)
     payload["targets"] = _targets(payload)
     return payload

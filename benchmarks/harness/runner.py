@@ -34,7 +34,7 @@ class Progress:
     enabled: bool
     out: Path = RESULTS
     smoke: bool = False
-    save: Callable[[dict], object] | None = None
+    save: Callable[[dict, bool], object] | None = None
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -45,11 +45,12 @@ class Progress:
         if self.enabled:
             print(f"[{self.elapsed:7.1f} s] {message}", flush=True)
 
-    def checkpoint(self, results: dict) -> None:
+    def checkpoint(self, results: dict, plot: bool = False) -> None:
         """Write the JSON and Markdown of ``results`` now, so that an interrupted run keeps
-        what it measured."""
+        what it measured; ``plot``: the plot too (for a benchmark whose plot reads partial
+        results, such as one that spans sessions)."""
         if self.save is not None:
-            self.save(results)
+            self.save(results, plot)
 
     def folder(self, name: str) -> Path:
         """``out/name`` (``out/name_smoke`` in a smoke run), created."""
@@ -194,17 +195,17 @@ def run_benchmark(
             "machine": machine | extra | {"load_average_1_5_15_min_at_end": load_average()},
         }
 
-    def save(results: dict) -> list[Path]:
+    def save(results: dict, plot: bool) -> list[Path]:
         report = report_of(results)
-        return write_results(out, stem, report, module.markdown(report))
+        paths = write_results(out, stem, report, module.markdown(report))
+        if plot and hasattr(module, "plot"):
+            module.plot(report, out / f"{stem}.png")
+            paths.append(out / f"{stem}.png")
+        return paths
 
     progress = Progress(not quiet, out, smoke, save)
     results = module.run(settings, progress)
     check_targets(results.get("targets"))
-    report = report_of(results | {"seconds": progress.elapsed})
-    paths = write_results(out, stem, report, module.markdown(report))
-    if hasattr(module, "plot"):
-        module.plot(report, out / f"{stem}.png")
-        paths.append(out / f"{stem}.png")
+    paths = save(results | {"seconds": progress.elapsed}, plot=True)
     progress(f"wrote {out / stem}.{{{','.join(path.suffix[1:] for path in paths)}}}")
     return paths

@@ -14,6 +14,7 @@ import benchmarks
 from benchmarks import BENCHMARKS
 from benchmarks.__main__ import main
 from benchmarks.harness.runner import (
+    Progress,
     benchmark_parser,
     int_list,
     option,
@@ -105,3 +106,24 @@ def test_results_without_a_targets_list_are_refused(tmp_path: Path) -> None:
 
 def test_int_list() -> None:
     assert int_list("16, 64,256,") == (16, 64, 256)
+
+
+def test_a_checkpoint_draws_the_plot_only_when_asked(tmp_path: Path) -> None:
+    """Part-way results are written as JSON and Markdown; the plot too where the benchmark says
+    its plot reads partial results (one that spans sessions); the end always draws it."""
+    module = _fake()
+    plotted: list[object] = []
+    module.plot = lambda report, path: (plotted.append(report["size"]), path.write_bytes(b"png"))
+    seen: list[list[str]] = []
+
+    def run(settings: Settings, progress: Progress) -> dict:
+        for size, plot in ((1, False), (2, True)):
+            progress.checkpoint({"size": size, "targets": []}, plot=plot)
+            seen.append(sorted(path.name for path in tmp_path.iterdir()))
+        return {"size": 3, "targets": []}
+
+    module.run = run
+    paths = _run(module, tmp_path)
+    assert seen == [["fake.json", "fake.md"], ["fake.json", "fake.md", "fake.png"]]
+    assert plotted == [2, 3]
+    assert [path.name for path in paths] == ["fake.json", "fake.md", "fake.png"]
