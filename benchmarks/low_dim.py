@@ -20,7 +20,10 @@ Two settings (``--task-loss``):
 ``--ablation-seeds``. With ``--resume yes`` the runs already in the results file (same setting)
 are kept and only the missing ones run. The file is rewritten after every run, so an
 interrupted benchmark keeps what it measured; with ``--checkpoint-dir`` a run interrupted
-part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`).
+part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`). Such a
+benchmark spans sessions and machines, so each trained run keeps its own date, CPU model and
+load average at its start and end (``machine`` in its entry) beside the file's machine section,
+which describes the last invocation only.
 
     python -m benchmarks low_dim                        # Banking77, 3,000 training texts
     python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \\
@@ -45,6 +48,7 @@ import torch
 from matplotlib.figure import Figure
 from scipy import stats
 
+from benchmarks.harness.machine import load_average, run_stamp
 from benchmarks.harness.markdown import bullet_sections, markdown_table, targets_table
 from benchmarks.harness.runner import Progress, option, yes_no
 from benchmarks.harness.runner import results_name as file_stem
@@ -287,11 +291,11 @@ def markdown(payload: dict) -> str:
             "",
         ]
     lines += ["## Per run (LR macro F1 ×100)", ""]
-    headers = ["variant", "seed", "train s"] + [
+    headers = ["variant", "seed", "train s", "started (UTC)", "load 1 min start → end"] + [
         f"{dataset} F1@{d}" for dataset in payload["eval_datasets"] for d in (dims[0], dims[-1])
     ]
     rows = [
-        [r["variant"], r["seed"], f"{r['train_seconds']:.0f}"]
+        [r["variant"], r["seed"], f"{r['train_seconds']:.0f}", *_run_machine_cells(r)]
         + [
             f"{r['scores'][dataset]['lr_macro_f1'][column] * 100:.2f}"
             for dataset in payload["eval_datasets"]
@@ -300,8 +304,22 @@ def markdown(payload: dict) -> str:
         for r in payload["runs"]
     ]
     lines += [markdown_table(headers, rows), ""]
-    lines += bullet_sections({"Setting": payload["setting"], "Machine": payload["machine"]})
+    lines += bullet_sections({
+        "Setting": payload["setting"],
+        "Machine (this invocation; each trained run's own date and load are in its row above)":
+            payload["machine"],
+    })
     return "\n".join(lines)
+
+
+def _run_machine_cells(run: dict) -> list[str]:
+    """The date and load a trained run recorded of itself (the raw row is not trained)."""
+    machine = run.get("machine")
+    if machine is None:
+        return ["—", "—"] if run["variant"] == "raw" else ["not recorded"] * 2
+    load = (f"{machine['load_average_1_5_15_min_at_start'][0]:.2f} → "
+            f"{machine['load_average_1_5_15_min_at_end'][0]:.2f}")
+    return [machine["date_utc"][:16].replace("T", " "), load]
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -417,6 +435,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         if (variant, seed) in done:
             progress(f"{variant} seed {seed}: kept from the results file")
             continue
+        machine = run_stamp()
         encoder = FrozenEncoder(max_tokens=settings.max_tokens)
         config = variant_config(base, variant, seed)
         start = time.perf_counter()
@@ -430,10 +449,11 @@ def run(settings: Settings, progress: Progress) -> dict:
         seconds = time.perf_counter() - start
         scores = score(lambda texts, result=result, encoder=encoder: embed_texts(
             result, encoder, texts))
+        machine["load_average_1_5_15_min_at_end"] = load_average()
         payload["runs"].append({"variant": variant, "objective": config.objective,
                                 "without": list(config.without), "seed": seed,
                                 "train_seconds": seconds, "history": result.history,
-                                "scores": scores})
+                                "scores": scores, "machine": machine})
         f1 = {name: round(s["lr_macro_f1"][0] * 100, 2) for name, s in scores.items()}
         progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({seconds:.0f} s, {steps} steps)")
         payload["summary"] = _summarise(payload["runs"], eval_names)

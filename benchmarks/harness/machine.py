@@ -45,16 +45,25 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def run_stamp(cpu: dict[str, str] | None = None) -> dict:
+    """The date, CPU model and load average now: the record one run keeps of itself inside a
+    benchmark whose runs span sessions, where each invocation rewrites the machine section."""
+    cpu = _lscpu() if cpu is None else cpu
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu_model": cpu.get("Model name") or platform.processor() or "unknown",
+        "load_average_1_5_15_min_at_start": load_average(),
+    }
+
+
 def machine_section() -> dict:
     """The date, CPU model and SIMD flags, cores, load average now, and library versions."""
     cpu = _lscpu()
     flags = cpu.get("Flags", "").split()
     section: dict = {
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_model": cpu.get("Model name") or platform.processor() or "unknown",
+        **run_stamp(cpu),
         "cpu_simd_flags": [flag for flag in flags if flag.startswith(SIMD_PREFIXES)],
         "cpu_cores": os.cpu_count(),
-        "load_average_1_5_15_min_at_start": load_average(),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }

@@ -41,12 +41,19 @@ def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
         ("raw", 0), ("mrl", 1), ("mic", 1), ("mic-sir", 42)
     ]
     _check_scores(first, ["banking77", "clinc150"], 2)
+    for trained in first["runs"][1:]:  # each run's own date, CPU and load, start and end
+        machine = trained["machine"]
+        assert machine["cpu_model"] == first["machine"]["cpu_model"]
+        assert machine["date_utc"] >= first["machine"]["date_utc"]
+        assert len(machine["load_average_1_5_15_min_at_start"]) == 3
+        assert len(machine["load_average_1_5_15_min_at_end"]) == 3
     assert not list((tmp_path / "checkpoints").glob("*"))  # each removed when its run completed
     target = first["targets"][0]
     assert target["met"] is False and "over 1 seed(s)" in target["reached"]
     _, second = run_smoke("low_dim", tmp_path, *options, "--seeds", "1,2", "--resume", "yes")
     kept = [r for r in second["runs"] if r["seed"] == 1]
-    assert kept == [r for r in first["runs"] if r["seed"] == 1]
+    assert kept == [r for r in first["runs"] if r["seed"] == 1]  # their machine records too
+    assert second["machine"]["date_utc"] > max(r["machine"]["date_utc"] for r in kept)
     assert [(r["variant"], r["seed"]) for r in second["runs"]][-2:] == [("mrl", 2), ("mic", 2)]
     paired = second["summary"]["mic"]["banking77"]["vs_mrl"]["lr_macro_f1"]
     assert paired["seeds"] == [1, 2] and len(paired["p_value"]) == 2
