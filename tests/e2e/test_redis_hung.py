@@ -10,9 +10,9 @@ after a failure), shorter than a queue wait, so that a request may meet the hang
 and after its encoding.
 
 Two measures: the service's own ``fractal_cache_wait_seconds`` (what each request waited on the
-cache) must stay within the timeout plus ``WAIT_SLACK_S`` (the old code failed it: a miss that
-timed out waited again on its write); and the requests' median latency with Redis hung within
-the normal median plus the timeout plus ``LATENCY_SLACK_S``.
+cache) must stay under two timeouts, the least a request that met the timeout twice waits (the old
+code failed it: a miss that timed out waited again on its write); and the requests' median
+latency with Redis hung within the normal median plus the timeout plus ``LATENCY_SLACK_S``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ WORKERS = 3 * BATCH
 LOAD_S = 4.0
 TIMEOUT_S = 0.1
 RETRY_S = 0.02
-WAIT_SLACK_S = 0.05
-"""The event loop of a busy service (two shared cores, the load's threads beside it) runs a due
-timeout a few milliseconds late; a second timeout would add another 100 ms."""
+WAIT_BOUND = f"{2 * TIMEOUT_S:g}"
+"""A bucket of ``fractal_cache_wait_seconds``: a request that met the timeout twice waited more.
+The bound leaves a whole timeout for a late event loop: on a busy service (two shared cores, the
+load's 24 threads beside it) a due timeout runs late, and a CI run measured 3 of 534 requests
+over 1.5 timeouts."""
 LATENCY_SLACK_S = 0.05
 """The medians of two runs of the same load on a shared machine differ by a few tens of ms."""
 WAITS = "fractal_cache_wait_seconds"
@@ -110,9 +112,8 @@ def test_hung_redis_adds_at_most_one_timeout_under_overload(
     assert metric(after, errors, operation="get") > metric(before, errors, operation="get")
     timed_out = _waits(before, after) - _waits(before, after, le="0.05")
     assert timed_out >= WORKERS, "too few requests met the hang to tell anything"
-    bound = f"{TIMEOUT_S + WAIT_SLACK_S:g}"
-    longer = _waits(before, after) - _waits(before, after, le=bound)
-    assert longer == 0, f"{longer:g} of {timed_out:g} requests waited on the cache over {bound} s"
+    longer = _waits(before, after) - _waits(before, after, le=WAIT_BOUND)
+    assert longer == 0, f"{longer:g} of {timed_out:g} waited on the cache over {WAIT_BOUND} s"
     # End to end, the typical request: its median latency rises by at most one timeout. (The
     # p99 of 24 client threads in the test process on two shared cores moves by hundreds of ms
     # from run to run; the per-request bound above is the service's own measure.)
