@@ -23,7 +23,8 @@ interrupted benchmark keeps what it measured; with ``--checkpoint-dir`` a run in
 part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`). Such a
 benchmark spans sessions and machines, so each trained run keeps its own date, CPU model and
 load average at its start and end (``machine`` in its entry) beside the file's machine section,
-which describes the last invocation only.
+which describes the last invocation only, and its sessions (``sessions``: when each invocation
+trained which steps, for how long; ``train_seconds`` is their sum).
 
     python -m benchmarks low_dim                        # Banking77, 3,000 training texts
     python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \\
@@ -39,7 +40,6 @@ Writes ``low_dim_<dataset>.{json,md,png}`` (``low_dim_simcse`` for the unsupervi
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -291,11 +291,12 @@ def markdown(payload: dict) -> str:
             "",
         ]
     lines += ["## Per run (LR macro F1 ×100)", ""]
-    headers = ["variant", "seed", "train s", "started (UTC)", "load 1 min start → end"] + [
+    headers = ["variant", "seed", "train s", "started (UTC)",
+               "load 1 min start → end (last session)"] + [
         f"{dataset} F1@{d}" for dataset in payload["eval_datasets"] for d in (dims[0], dims[-1])
     ]
     rows = [
-        [r["variant"], r["seed"], f"{r['train_seconds']:.0f}", *_run_machine_cells(r)]
+        [r["variant"], r["seed"], _seconds(r["train_seconds"]), *_run_machine_cells(r)]
         + [
             f"{r['scores'][dataset]['lr_macro_f1'][column] * 100:.2f}"
             for dataset in payload["eval_datasets"]
@@ -312,14 +313,29 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def _seconds(seconds: float | None) -> str:
+    return "not recorded" if seconds is None else f"{seconds:.0f}"
+
+
+def _minute(date_utc: str | None) -> str:
+    return "not recorded" if date_utc is None else date_utc[:16].replace("T", " ")
+
+
 def _run_machine_cells(run: dict) -> list[str]:
-    """The date and load a trained run recorded of itself (the raw row is not trained)."""
+    """The date and load a trained run recorded of itself (the raw row is not trained): its
+    start, each resumption from a checkpoint, and the load at the start and end of its last
+    session."""
     machine = run.get("machine")
     if machine is None:
         return ["—", "—"] if run["variant"] == "raw" else ["not recorded"] * 2
     load = (f"{machine['load_average_1_5_15_min_at_start'][0]:.2f} → "
             f"{machine['load_average_1_5_15_min_at_end'][0]:.2f}")
-    return [machine["date_utc"][:16].replace("T", " "), load]
+    first, *resumed = run.get("sessions") or [{"started_utc": machine["date_utc"]}]
+    started = "; ".join([_minute(first["started_utc"]), *(
+        f"resumed {_minute(session['started_utc'])} at step {session['first_step']}"
+        for session in resumed
+    )])
+    return [started, load]
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -438,7 +454,6 @@ def run(settings: Settings, progress: Progress) -> dict:
         machine = run_stamp()
         encoder = FrozenEncoder(max_tokens=settings.max_tokens)
         config = variant_config(base, variant, seed)
-        start = time.perf_counter()
         checkpoint = (
             FinetuneCheckpoint(settings.checkpoint_dir / f"{stem}-{variant}-seed{seed}.pt")
             if settings.checkpoint_dir
@@ -446,16 +461,17 @@ def run(settings: Settings, progress: Progress) -> dict:
         )
         result = finetune(encoder, train_texts, train_labels, config, progress=progress.enabled,
                           checkpoint=checkpoint)
-        seconds = time.perf_counter() - start
         scores = score(lambda texts, result=result, encoder=encoder: embed_texts(
             result, encoder, texts))
         machine["load_average_1_5_15_min_at_end"] = load_average()
         payload["runs"].append({"variant": variant, "objective": config.objective,
                                 "without": list(config.without), "seed": seed,
-                                "train_seconds": seconds, "history": result.history,
+                                "train_seconds": result.train_seconds,
+                                "sessions": result.sessions, "history": result.history,
                                 "scores": scores, "machine": machine})
         f1 = {name: round(s["lr_macro_f1"][0] * 100, 2) for name, s in scores.items()}
-        progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({seconds:.0f} s, {steps} steps)")
+        progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({_seconds(result.train_seconds)} s, "
+                 f"{steps} steps, {len(result.sessions)} session(s))")
         payload["summary"] = _summarise(payload["runs"], eval_names)
         payload["targets"] = _targets(payload)
         progress.checkpoint(payload, plot=True)

@@ -22,7 +22,9 @@ computed once for the training texts (:class:`~training.token_encoder.CachedToke
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 
 import numpy as np
 import torch
@@ -119,6 +121,17 @@ class FinetuneResult:
     loss: nn.Module
     config: FinetuneConfig
     history: list[dict] = field(default_factory=list)
+    sessions: list[dict] = field(default_factory=list)
+    """The invocations that trained the run, one unless it resumed from a checkpoint: each its
+    ``first_step``, ``last_step`` (the last one it saved, or the end), ``started_utc`` and
+    ``seconds`` from its start to that step (``None`` where a checkpoint did not record them).
+    Steps run after a session's last save are run again by the next and counted there."""
+
+    @property
+    def train_seconds(self) -> float | None:
+        """Wall time of the run summed over its sessions (``None`` if one was not recorded)."""
+        seconds = [session["seconds"] for session in self.sessions]
+        return None if None in seconds else sum(seconds)
 
 
 def needs_token_states(objective: str) -> bool:
@@ -211,9 +224,12 @@ def finetune(
     On return the encoder is in eval mode, and if its weights changed its fingerprint says so, so
     that feature caches never mix fine-tuned and original features. With ``checkpoint`` the run
     saves itself every ``checkpoint.every`` steps and, started again, resumes from the last save
-    (:mod:`training.finetune_checkpoint`).
+    (:mod:`training.finetune_checkpoint`); the result's ``sessions`` say when each invocation
+    trained which steps, and for how long.
     """
     config.validate()
+    clock = time.perf_counter()
+    started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     unsupervised = config.task_loss == "simcse"
     if not unsupervised and (labels is None or len(texts) != len(labels)):
         raise ValueError("the supervised task loss needs one label per text")
@@ -249,6 +265,15 @@ def finetune(
     parts = {"model": model, "loss": loss_fn, "optimizer": optimizer, "scheduler": scheduler}
     start, losses = checkpoint.load(config.to_json(), parts) if checkpoint else (0, {})
     result.history = losses.get("history", [])
+    unrecorded = {"first_step": 1, "last_step": start, "started_utc": None, "seconds": None}
+    earlier = losses.get("sessions", [unrecorded] if start else [])
+
+    def sessions(step: int) -> list[dict]:
+        """The earlier sessions and this one, up to ``step``."""
+        this = {"first_step": start + 1, "last_step": step, "started_utc": started_utc,
+                "seconds": time.perf_counter() - clock}
+        return [*earlier, this]
+
     running, since_record = losses.get("running", 0.0), losses.get("since_record", 0)
     model.train()
     remaining = tqdm(batches[start:], desc=f"finetune {config.objective}", initial=start,
@@ -282,8 +307,10 @@ def finetune(
             result.history.append({"step": step, "loss": running / since_record})
             running, since_record = 0.0, 0
         if checkpoint is not None and step % checkpoint.every == 0 and step < config.steps:
-            losses = {"history": result.history, "running": running, "since_record": since_record}
+            losses = {"history": result.history, "running": running, "since_record": since_record,
+                      "sessions": sessions(step)}
             checkpoint.save(step, config.to_json(), parts, losses)
+    result.sessions = sessions(config.steps)
     if checkpoint is not None:
         checkpoint.remove()
     model.eval()

@@ -3,11 +3,12 @@
 Every ``every`` steps the trainer writes everything the rest of the run depends on: the model
 (backbone and projection), the objective's own parameters (MIPIC's projections), the optimiser's
 moments, the learning-rate schedule, torch's random state (the dropout masks to come), the step
-and the loss history with its running sum. The batches need not be saved: they are drawn from
-the config's seed before the first step. A run restarted with the same config and checkpoint
-path picks up at the saved step and ends where the uninterrupted run would have. The file is
-written to a temporary name and renamed, so a crash while saving leaves the previous checkpoint
-whole; it is removed when the run completes.
+and the trainer's bookkeeping: the loss history with its running sum, and the sessions so far
+with their start and wall time (so a run's cost adds up across restarts). The batches need not
+be saved: they are drawn from the config's seed before the first step. A run restarted with the
+same config and checkpoint path picks up at the saved step and ends where the uninterrupted run
+would have. The file is written to a temporary name and renamed, so a crash while saving leaves
+the previous checkpoint whole; it is removed when the run completes.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class FinetuneCheckpoint:
         parts: dict[str, nn.Module | torch.optim.Optimizer | torch.optim.lr_scheduler.LRScheduler],
     ) -> tuple[int, dict]:
         """Restore ``parts`` from the checkpoint; the step it was taken at and the trainer's
-        loss bookkeeping then (``0, {}`` when there is none)."""
+        bookkeeping then (``0, {}`` when there is none)."""
         if not self.path.is_file():
             return 0, {}
         state = torch.load(self.path, map_location="cpu", weights_only=True)
@@ -59,7 +60,8 @@ class FinetuneCheckpoint:
         parts: dict[str, nn.Module | torch.optim.Optimizer | torch.optim.lr_scheduler.LRScheduler],
         losses: dict,
     ) -> None:
-        """Write the checkpoint of ``step``; ``losses`` is the trainer's loss bookkeeping."""
+        """Write the checkpoint of ``step``; ``losses`` is the trainer's bookkeeping (losses,
+        sessions)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {name: part.state_dict() for name, part in parts.items()}
         state |= {

@@ -47,6 +47,9 @@ def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
         assert machine["date_utc"] >= first["machine"]["date_utc"]
         assert len(machine["load_average_1_5_15_min_at_start"]) == 3
         assert len(machine["load_average_1_5_15_min_at_end"]) == 3
+        (session,) = trained["sessions"]  # none resumed: one session, all the steps
+        assert (session["first_step"], session["last_step"]) == (1, first["setting"]["steps"])
+        assert trained["train_seconds"] == session["seconds"] > 0
     assert not list((tmp_path / "checkpoints").glob("*"))  # each removed when its run completed
     target = first["targets"][0]
     assert target["met"] is False and "over 1 seed(s)" in target["reached"]

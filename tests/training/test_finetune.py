@@ -134,6 +134,9 @@ def test_a_run_stopped_part_way_resumes_from_its_checkpoint(tmp_path: Path) -> N
     with pytest.raises(_Crash):
         train(_CrashAfterSave(path, every=2, crash_at=4))
     assert path.is_file()
+    older = torch.load(path, weights_only=True)  # as written before sessions were recorded
+    del older["losses"]["sessions"]
+    torch.save(older, tmp_path / "older.pt")
     resumed = train(FinetuneCheckpoint(path, every=2))
     assert not path.exists()  # removed once the run completed
     for name, value in whole.model.state_dict().items():
@@ -143,6 +146,16 @@ def test_a_run_stopped_part_way_resumes_from_its_checkpoint(tmp_path: Path) -> N
     # The mean loss of steps 1–6 (the running sum of steps 1–4 came from the checkpoint).
     assert [h["step"] for h in resumed.history] == [h["step"] for h in whole.history] == [6]
     assert resumed.history[0]["loss"] == pytest.approx(whole.history[0]["loss"], rel=1e-5)
+    # The cost adds up across the restart: the crashed session's time up to its last save.
+    assert [(s["first_step"], s["last_step"]) for s in whole.sessions] == [(1, 6)]
+    assert [(s["first_step"], s["last_step"]) for s in resumed.sessions] == [(1, 4), (5, 6)]
+    assert all(s["seconds"] > 0 for s in resumed.sessions)
+    assert resumed.sessions[0]["started_utc"] <= resumed.sessions[1]["started_utc"]
+    assert resumed.train_seconds == sum(s["seconds"] for s in resumed.sessions)
+    unknown = train(FinetuneCheckpoint(tmp_path / "older.pt", every=2))
+    assert unknown.sessions[0] == {"first_step": 1, "last_step": 4, "started_utc": None,
+                                   "seconds": None}
+    assert unknown.train_seconds is None  # not a partial sum passed off as the run's cost
     # A checkpoint of another config is refused, not silently loaded.
     with pytest.raises(_Crash):
         train(_CrashAfterSave(path, every=2, crash_at=2))
