@@ -80,12 +80,13 @@ def _outcome(client: httpx.Client) -> int | str:
 
 
 class Load(threading.Thread):
-    """Searches in a loop, each recorded as (monotonic start time, outcome), until refused."""
+    """Searches in a loop, each recorded as (monotonic start and end time, outcome), until
+    refused."""
 
     def __init__(self, base_url: str) -> None:
         super().__init__(daemon=True)
         self.base_url = base_url
-        self.results: list[tuple[float, int | str]] = []
+        self.results: list[tuple[float, float, int | str]] = []
 
     def run(self) -> None:
         deadline = time.monotonic() + LOAD_DEADLINE_S
@@ -93,7 +94,7 @@ class Load(threading.Thread):
             while time.monotonic() < deadline:
                 started = time.monotonic()
                 outcome = _outcome(client)
-                self.results.append((started, outcome))
+                self.results.append((started, time.monotonic(), outcome))
                 if outcome == REFUSED:
                     return
                 time.sleep(LOAD_PAUSE_S)
@@ -141,9 +142,14 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_0(
 
     assert [upload.outcome for upload in uploads] == [200] * IN_FLIGHT
     results = [result for thread in load for result in thread.results]
-    before = {outcome for started, outcome in results if started < signalled}
-    after = [outcome for started, outcome in results if started >= drained]
+    # Answered before the signal: served. Sent before it and answered after: served if the
+    # server had read it before the signal, else refused like a later one (a loaded machine
+    # delays the reading; a CI run had one such 503).
+    before = {outcome for _, ended, outcome in results if ended < signalled}
+    across = {outcome for started, ended, outcome in results if started < signalled <= ended}
+    after = [outcome for started, _, outcome in results if started >= drained]
     assert before == {200}
+    assert across <= {200, 503, CUT_OFF}, across
     assert set(after) <= {503, REFUSED, CUT_OFF}, set(after)
     assert 503 in after and REFUSED in after
     assert _manifest_counter(index_dir) == len(documents) + IN_FLIGHT * DOCS_PER_UPLOAD
