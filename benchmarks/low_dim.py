@@ -40,6 +40,9 @@ Writes ``low_dim_<dataset>.{json,md,png}`` (``low_dim_simcse`` for the unsupervi
 from __future__ import annotations
 
 import json
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -112,7 +115,9 @@ class Settings:
     batch_size: int = option(32, "batch size")
     unfreeze_layers: int = option(6, "top encoder layers trained")
     max_tokens: int = option(64, "tokens per text")
-    threads: int = option(1, "torch threads")
+    threads: int = option(1, "torch threads (per worker)")
+    workers: int = option(1, "runs trained at once, each in a process of its own (a GPU or "
+                             "many cores)")
     resume: bool = option(False, "keep the finished runs of the results file", parse=yes_no)
     checkpoint_dir: Path | None = option(
         None, "folder for mid-run checkpoints: a run stopped part-way resumes from its last one"
@@ -292,7 +297,7 @@ def markdown(payload: dict) -> str:
         ]
     lines += ["## Per run (LR macro F1 ×100)", ""]
     headers = ["variant", "seed", "train s", "started (UTC)",
-               "load 1 min start → end (last session)"] + [
+               "load 1 min start → end (last session)", "trained on"] + [
         f"{dataset} F1@{d}" for dataset in payload["eval_datasets"] for d in (dims[0], dims[-1])
     ]
     rows = [
@@ -322,12 +327,13 @@ def _minute(date_utc: str | None) -> str:
 
 
 def _run_machine_cells(run: dict) -> list[str]:
-    """The date and load a trained run recorded of itself (the raw row is not trained): its
-    start, each resumption from a checkpoint, and the load at the start and end of its last
-    session."""
+    """The date, load and device a trained run recorded of itself (the raw row is not trained):
+    its start, each resumption from a checkpoint, the load at the start and end of its last
+    session, and what it trained on (runs recorded before the device was: the CPU, since the
+    trainer could not train on a GPU then)."""
     machine = run.get("machine")
     if machine is None:
-        return ["—", "—"] if run["variant"] == "raw" else ["not recorded"] * 2
+        return ["—"] * 3 if run["variant"] == "raw" else ["not recorded"] * 3
     load = (f"{machine['load_average_1_5_15_min_at_start'][0]:.2f} → "
             f"{machine['load_average_1_5_15_min_at_end'][0]:.2f}")
     first, *resumed = run.get("sessions") or [{"started_utc": machine["date_utc"]}]
@@ -335,7 +341,7 @@ def _run_machine_cells(run: dict) -> list[str]:
         f"resumed {_minute(session['started_utc'])} at step {session['first_step']}"
         for session in resumed
     )])
-    return [started, load]
+    return [started, load, machine.get("device", "cpu")]
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -376,6 +382,74 @@ def _finished_runs(settings: Settings, progress: Progress, setting: dict) -> lis
     if protocol(previous.get("setting", {})) != protocol(json.loads(json.dumps(setting))):
         raise SystemExit(f"error: {path} holds another setting; --resume needs the same options")
     return [r for r in previous["runs"] if r["variant"] != "raw"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every trained run of one invocation shares: the texts it trains on, the splits it is
+    scored on and the matched config. Picklable, so that worker processes get it whole."""
+
+    settings: Settings
+    splits: dict[str, DatasetSplits]
+    train_texts: tuple[str, ...]
+    train_labels: np.ndarray | None
+    base: FinetuneConfig
+    stem: str
+
+    def score(self, encode) -> dict:
+        """Every scored dataset's LR and 5-NN scores of the vectors ``encode(texts)`` gives."""
+        dims = list(self.settings.dims)
+        return {
+            name: _scores(encode(s.train.texts), s.train.labels[:, -1], encode(s.test.texts),
+                          s.test.labels[:, -1], dims)
+            for name, s in self.splits.items()
+        }
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu``, or ``cuda (NVIDIA H200)``: what a run trained on."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type
+
+
+def train_run(job: Job, variant: str, seed: int, progress: bool) -> dict:
+    """Train and score one ``(variant, seed)`` run: its entry of the results file. Runs in the
+    benchmark's process, or in a worker process of its own under ``--workers``."""
+    settings = job.settings
+    torch.set_num_threads(settings.threads)
+    machine = run_stamp()
+    encoder = FrozenEncoder(max_tokens=settings.max_tokens)
+    machine["device"] = device_name(encoder.device)
+    config = variant_config(job.base, variant, seed)
+    checkpoint = (
+        FinetuneCheckpoint(settings.checkpoint_dir / f"{job.stem}-{variant}-seed{seed}.pt")
+        if settings.checkpoint_dir
+        else None
+    )
+    result = finetune(encoder, job.train_texts, job.train_labels, config, progress=progress,
+                      checkpoint=checkpoint)
+    scores = job.score(lambda texts: embed_texts(result, encoder, texts))
+    machine["load_average_1_5_15_min_at_end"] = load_average()
+    return {"variant": variant, "objective": config.objective, "without": list(config.without),
+            "seed": seed, "train_seconds": result.train_seconds, "sessions": result.sessions,
+            "history": result.history, "scores": scores, "machine": machine}
+
+
+def _trained_runs(job: Job, plan: list[tuple[str, int]], progress: Progress) -> Iterator[dict]:
+    """The runs of ``plan``, each as it finishes: one after the other, or ``--workers`` at once
+    in worker processes (spawned, so that each opens the GPU, if any, for itself)."""
+    workers = min(job.settings.workers, len(plan))
+    if workers <= 1:
+        for variant, seed in plan:
+            yield train_run(job, variant, seed, progress.enabled)
+        return
+    progress(f"{len(plan)} runs on {workers} worker processes")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(train_run, job, variant, seed, False) for variant, seed in plan]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def run(settings: Settings, progress: Progress) -> dict:
@@ -425,53 +499,34 @@ def run(settings: Settings, progress: Progress) -> dict:
         "eval_datasets": eval_names,
         "dims": dims,
         "setting": setting,
-        "machine": {"torch_threads": settings.threads},
+        "machine": {"torch_threads": settings.threads, "workers": settings.workers},
         "paper_banking77_lr_f1": {"dims": PAPER_DIMS, **PAPER_BANKING77},
         "runs": [],
         "targets": [],
     }
+    stem = file_stem(results_name(settings), progress.smoke)
+    job = Job(settings, splits, tuple(train_texts), train_labels, base, stem)
     raw_encoder = FrozenEncoder(max_tokens=settings.max_tokens)
-
-    def score(encode) -> dict:
-        return {
-            name: _scores(encode(s.train.texts), s.train.labels[:, -1], encode(s.test.texts),
-                          s.test.labels[:, -1], dims)
-            for name, s in splits.items()
-        }
-
-    raw_scores = score(lambda texts: raw_encoder.encode(list(texts), progress=False)[:, : dims[-1]])
+    payload["machine"]["device"] = device_name(raw_encoder.device)
+    raw_scores = job.score(
+        lambda texts: raw_encoder.encode(list(texts), progress=False)[:, : dims[-1]]
+    )
     finished = _finished_runs(settings, progress, setting)
     payload["runs"] = [{"variant": "raw", "seed": 0, "train_seconds": 0.0, "scores": raw_scores},
                        *finished]
     done = {(r["variant"], r["seed"]) for r in finished}
-    stem = file_stem(results_name(settings), progress.smoke)
     plan = [(variant, seed) for seed in settings.seeds for variant in settings.objectives]
     plan += [(variant, seed) for seed in settings.ablation_seeds for variant in settings.ablations]
     for variant, seed in plan:
         if (variant, seed) in done:
             progress(f"{variant} seed {seed}: kept from the results file")
-            continue
-        machine = run_stamp()
-        encoder = FrozenEncoder(max_tokens=settings.max_tokens)
-        config = variant_config(base, variant, seed)
-        checkpoint = (
-            FinetuneCheckpoint(settings.checkpoint_dir / f"{stem}-{variant}-seed{seed}.pt")
-            if settings.checkpoint_dir
-            else None
-        )
-        result = finetune(encoder, train_texts, train_labels, config, progress=progress.enabled,
-                          checkpoint=checkpoint)
-        scores = score(lambda texts, result=result, encoder=encoder: embed_texts(
-            result, encoder, texts))
-        machine["load_average_1_5_15_min_at_end"] = load_average()
-        payload["runs"].append({"variant": variant, "objective": config.objective,
-                                "without": list(config.without), "seed": seed,
-                                "train_seconds": result.train_seconds,
-                                "sessions": result.sessions, "history": result.history,
-                                "scores": scores, "machine": machine})
-        f1 = {name: round(s["lr_macro_f1"][0] * 100, 2) for name, s in scores.items()}
-        progress(f"{variant} seed {seed}: F1@{dims[0]} {f1} ({_seconds(result.train_seconds)} s, "
-                 f"{steps} steps, {len(result.sessions)} session(s))")
+    plan = [run for run in plan if run not in done]
+    for entry in _trained_runs(job, plan, progress):
+        payload["runs"].append(entry)
+        f1 = {name: round(s["lr_macro_f1"][0] * 100, 2) for name, s in entry["scores"].items()}
+        progress(f"{entry['variant']} seed {entry['seed']}: F1@{dims[0]} {f1} "
+                 f"({_seconds(entry['train_seconds'])} s, {steps} steps, "
+                 f"{len(entry['sessions'])} session(s), {entry['machine']['device']})")
         payload["summary"] = _summarise(payload["runs"], eval_names)
         payload["targets"] = _targets(payload)
         progress.checkpoint(payload, plot=True)

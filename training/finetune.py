@@ -235,8 +235,9 @@ def finetune(
         raise ValueError("the supervised task loss needs one label per text")
     torch.manual_seed(config.seed)
     generator = np.random.default_rng(config.seed)
-    model = TokenEncoder(encoder, config.dim, config.unfreeze_layers)
-    loss_fn = build_loss(config, model)
+    device = encoder.device
+    model = TokenEncoder(encoder, config.dim, config.unfreeze_layers).to(device)
+    loss_fn = build_loss(config, model).to(device)
     use_features = (
         features is not None
         and config.unfreeze_layers == 0
@@ -249,8 +250,12 @@ def finetune(
     optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.steps)
     trainable = [p for group in groups for p in group["params"]]
-    y = None if unsupervised else torch.from_numpy(np.asarray(labels, dtype=np.int64))
-    x = torch.from_numpy(np.ascontiguousarray(features, np.float32)) if use_features else None
+    y = None if unsupervised else torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(device)
+    x = (
+        torch.from_numpy(np.ascontiguousarray(features, np.float32)).to(device)
+        if use_features
+        else None
+    )
     cache = (
         CachedTokenStates.compute(encoder, texts)
         if config.unfreeze_layers == 0 and needs_token_states(config.objective)

@@ -2,9 +2,10 @@
 
 Every ``every`` steps the trainer writes everything the rest of the run depends on: the model
 (backbone and projection), the objective's own parameters (MIPIC's projections), the optimiser's
-moments, the learning-rate schedule, torch's random state (the dropout masks to come), the step
-and the trainer's bookkeeping: the loss history with its running sum, and the sessions so far
-with their start and wall time (so a run's cost adds up across restarts). The batches need not
+moments, the learning-rate schedule, torch's random states (the host's, and the GPUs' when a
+run trains on one: the dropout masks to come), the step and the trainer's bookkeeping: the loss
+history with its running sum, and the sessions so far with their start and wall time (so a
+run's cost adds up across restarts). The batches need not
 be saved: they are drawn from the config's seed before the first step. A run restarted with the
 same config and checkpoint path picks up at the saved step and ends where the uninterrupted run
 would have. The file is written to a temporary name and renamed, so a crash while saving leaves
@@ -51,6 +52,8 @@ class FinetuneCheckpoint:
         for name, part in parts.items():
             part.load_state_dict(state[name])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
         return state["step"], state["losses"]
 
     def save(
@@ -69,6 +72,7 @@ class FinetuneCheckpoint:
             "step": step,
             "losses": losses,
             "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
         }
         partial = self.path.with_name(self.path.name + ".partial")
         torch.save(state, partial)

@@ -113,13 +113,16 @@ class TokenEncoder(nn.Module):
         )
 
     def from_cache(self, cache: CachedTokenStates, rows: np.ndarray) -> TokenStates:
-        """The states of ``rows`` of a frozen backbone's cache: only the projection runs."""
+        """The states of ``rows`` of a frozen backbone's cache (kept in host memory, the batch
+        moved to the projection's device): only the projection runs."""
+        device = self.projection.weight.device
         mask = cache.attention_mask[rows]
         width = int(mask.sum(1).max())
-        mask = mask[:, :width]
-        last = self.projection(cache.last[rows, :width])
+        mask = mask[:, :width].to(device)
+        last = self.projection(cache.last[rows, :width].to(device))
         layers = (*([None] * self.num_layers), last)
-        return TokenStates(pool(last, mask, self.pooling), layers, mask, cache.pooled[rows])
+        pooled = cache.pooled[rows].to(device)
+        return TokenStates(pool(last, mask, self.pooling), layers, mask, pooled)
 
     def train(self, mode: bool = True) -> TokenEncoder:
         """Dropout only in the trainable backbone: a frozen backbone stays deterministic."""
