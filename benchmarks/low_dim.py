@@ -53,7 +53,7 @@ from scipy import stats
 
 from benchmarks.harness.machine import load_average, run_stamp
 from benchmarks.harness.markdown import bullet_sections, markdown_table, targets_table
-from benchmarks.harness.runner import Progress, option, yes_no
+from benchmarks.harness.runner import Progress, option, paths, yes_no
 from benchmarks.harness.runner import results_name as file_stem
 from training.data.dataset import DatasetSplits
 from training.data.registry import data_dir, load_dataset
@@ -122,6 +122,10 @@ class Settings:
     checkpoint_dir: Path | None = option(
         None, "folder for mid-run checkpoints: a run stopped part-way resumes from its last one"
     )
+    merge: tuple[Path, ...] = option(
+        (), "comma-separated results files of the same setting whose runs join this one's "
+        "(runs made on another machine, a GPU's say)", parse=paths,
+    )
 
 
 SMOKE = Settings(max_train=120, max_test=40, steps=2, batch_size=8, unfreeze_layers=1)
@@ -152,6 +156,11 @@ def _scores(train_vectors, train_labels, test_vectors, test_labels, dims) -> dic
 
 
 def _check(settings: Settings) -> None:
+    for source in settings.merge:
+        if not source.is_file():
+            raise SystemExit(f"error: --merge {source}: no such results file")
+    if settings.workers < 1:
+        raise SystemExit("error: --workers must be at least 1")
     if settings.task_loss not in TASK_LOSSES:
         raise SystemExit(f"error: --task-loss must be one of {', '.join(TASK_LOSSES)}")
     for variant in settings.ablations:
@@ -162,22 +171,27 @@ def _check(settings: Settings) -> None:
             )
 
 
-def paired(runs: list[dict], variant: str, dataset: str, metric: str) -> dict | None:
-    """``variant`` − ``mrl`` per seed both ran (points, per dim), their mean, and a paired
-    t-test's p-value per dim (two-sided; ``None`` under two seeds)."""
-    by_seed = {
-        r["seed"]: np.asarray(r["scores"][dataset][metric]) * 100
-        for r in runs
-        if r["variant"] == "mrl"
-    }
-    pairs = [
-        (r["seed"], np.asarray(r["scores"][dataset][metric]) * 100 - by_seed[r["seed"]])
-        for r in runs
-        if r["variant"] == variant and r["seed"] in by_seed
-    ]
+def _device(run: dict) -> str:
+    """What a trained run trained on (runs recorded before the device was: the CPU, since the
+    trainer could not train on a GPU then)."""
+    return run.get("machine", {}).get("device", "cpu")
+
+
+def paired(runs: list[dict], variant: str, dataset: str, metric: str,
+           reference: str = "mrl") -> dict | None:
+    """``variant`` − ``reference`` per seed both ran (points, per dim), their mean, and a paired
+    t-test's p-value per dim (two-sided; ``None`` under two seeds). ``mixed_devices`` lists the
+    seeds whose two runs trained on different devices (a CPU and a GPU draw different dropout
+    masks from the same seed, so such a pair differs by a seed-like amount beside the method)."""
+    by_seed = {r["seed"]: r for r in runs if r["variant"] == reference}
+    pairs = [(r, by_seed[r["seed"]]) for r in runs
+             if r["variant"] == variant and r["seed"] in by_seed]
     if not pairs:
         return None
-    diffs = np.stack([d for _, d in pairs])
+    diffs = np.stack([
+        np.subtract(mine["scores"][dataset][metric], theirs["scores"][dataset][metric]) * 100
+        for mine, theirs in pairs
+    ])
     p_values = [None] * diffs.shape[1]
     if len(pairs) >= 2:
         p_values = [
@@ -185,17 +199,29 @@ def paired(runs: list[dict], variant: str, dataset: str, metric: str) -> dict | 
             for column in diffs.T
         ]
     return {
-        "seeds": [seed for seed, _ in pairs],
+        "reference": reference,
+        "seeds": [mine["seed"] for mine, _ in pairs],
+        "devices": [_device(mine) if _device(mine) == _device(theirs)
+                    else f"{_device(theirs)} / {_device(mine)}" for mine, theirs in pairs],
+        "mixed_devices": [mine["seed"] for mine, theirs in pairs
+                          if _device(mine) != _device(theirs)],
         "per_seed": diffs.tolist(),
         "mean": diffs.mean(0).tolist(),
         "p_value": p_values,
     }
 
 
+def full_objective(variant: str) -> str | None:
+    """The objective an ablation variant leaves a component out of (``mic-scr`` → ``mic``)."""
+    objective, *without = variant.split("-")
+    return objective if without else None
+
+
 def _summarise(runs: list[dict], datasets: list[str]) -> dict:
     summary: dict[str, dict] = {}
     for variant in dict.fromkeys(r["variant"] for r in runs):
         mine = [r for r in runs if r["variant"] == variant]
+        full = full_objective(variant)
         summary[variant] = {
             "seeds": [r["seed"] for r in mine],
             **{
@@ -208,7 +234,12 @@ def _summarise(runs: list[dict], datasets: list[str]) -> dict:
                         metric: paired(runs, variant, dataset, metric)
                         for metric in METRICS
                         if variant not in ("mrl", "raw")
-                    }
+                    },
+                    "vs_full": {
+                        metric: paired(runs, variant, dataset, metric, reference=full)
+                        for metric in METRICS
+                        if full is not None
+                    },
                 }
                 for dataset in datasets
             },
@@ -237,10 +268,24 @@ def _targets(payload: dict) -> list[dict]:
         p = result["p_value"][column]
         reached = f"{mean:+.2f} points over {seeds} seed(s)" + (
             f", paired t-test p = {p:.3f}" if p is not None else ""
-        )
+        ) + _devices_note(result)
         met = seeds >= TARGET_SEEDS and mean >= TARGET_GAIN_POINTS
         targets.append({"target": name, "reached": reached, "met": met})
     return targets
+
+
+def _devices_note(result: dict) -> str:
+    """Where the pairs of a paired difference trained, when not all on one device:
+    ``; seeds 42, 123 on cpu, seed 456 on cuda (NVIDIA H200)``."""
+    by_device: dict[str, list[int]] = {}
+    for seed, device in zip(result["seeds"], result["devices"], strict=True):
+        by_device.setdefault(device, []).append(seed)
+    if len(by_device) < 2:
+        return ""
+    return "; " + ", ".join(
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} on {device}"
+        for device, seeds in by_device.items()
+    )
 
 
 def _dataset_section(payload: dict, dataset: str) -> list[str]:
@@ -254,25 +299,35 @@ def _dataset_section(payload: dict, dataset: str) -> list[str]:
         ]
         lines += [f"### {title} (×100, mean over seeds)", ""]
         lines += [markdown_table(["variant", "seeds", *map(str, dims)], rows), ""]
-        rows = []
-        for variant, s in summary.items():
-            result = s[dataset]["vs_mrl"].get(metric)
-            if result is None:
-                continue
-            p_values = ["" if p is None else f" (p {p:.3f})" for p in result["p_value"]]
-            rows.append(
-                [variant, len(result["seeds"])]
-                + [f"{d:+.2f}{p}" for d, p in zip(result["mean"], p_values, strict=True)]
-            )
-        if rows:
-            lines += [
-                "Paired difference to matched MRL (points, mean over the seeds both ran; "
-                "two-sided one-sample t-test on the per-seed differences):",
-                "",
-                markdown_table(["variant", "seeds", *map(str, dims)], rows),
-                "",
-            ]
+        for key, text in PAIRED_TABLES.items():
+            rows = [_paired_row(variant, result, dims)
+                    for variant, s in summary.items()
+                    if (result := s[dataset][key].get(metric)) is not None]
+            if rows:
+                lines += [text, "", markdown_table(
+                    ["variant", "against", "seeds", *map(str, dims)], rows), ""]
     return lines
+
+
+PAIRED_TABLES = {
+    "vs_mrl": "Paired difference to matched MRL (points, mean over the seeds both ran; two-sided "
+              "one-sample t-test on the per-seed differences):",
+    "vs_full": "Ablations: the variant − its full objective (points, same seeds; a negative "
+               "number is what the component left out adds):",
+}
+
+
+def _paired_row(variant: str, result: dict, dims: list[int]) -> list:
+    """One row of a paired-difference table; seeds whose two runs trained on different devices
+    are named in the seeds cell."""
+    p_values = ["" if p is None else f" (p {p:.3f})" for p in result["p_value"]]
+    mixed = result["mixed_devices"]
+    seeds = f"{len(result['seeds'])}" + (
+        f" (seed {', '.join(map(str, mixed))}: CPU against GPU)" if mixed else ""
+    )
+    return [variant, result["reference"], seeds] + [
+        f"{d:+.2f}{p}" for d, p in zip(result["mean"], p_values, strict=True)
+    ]
 
 
 def markdown(payload: dict) -> str:
@@ -329,8 +384,7 @@ def _minute(date_utc: str | None) -> str:
 def _run_machine_cells(run: dict) -> list[str]:
     """The date, load and device a trained run recorded of itself (the raw row is not trained):
     its start, each resumption from a checkpoint, the load at the start and end of its last
-    session, and what it trained on (runs recorded before the device was: the CPU, since the
-    trainer could not train on a GPU then)."""
+    session, and what it trained on."""
     machine = run.get("machine")
     if machine is None:
         return ["—"] * 3 if run["variant"] == "raw" else ["not recorded"] * 3
@@ -341,7 +395,7 @@ def _run_machine_cells(run: dict) -> list[str]:
         f"resumed {_minute(session['started_utc'])} at step {session['first_step']}"
         for session in resumed
     )])
-    return [started, load, machine.get("device", "cpu")]
+    return [started, load, _device(run)]
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -370,18 +424,33 @@ def plot(payload: dict, path: Path) -> None:
 
 
 def _finished_runs(settings: Settings, progress: Progress, setting: dict) -> list[dict]:
-    """The runs of the results file when ``--resume yes`` and its setting is this run's."""
+    """The runs already made: the results file's when ``--resume yes``, then each ``--merge``
+    file's that are not among them yet (a run made twice keeps its first). Every file must hold
+    this invocation's setting; the untrained ``raw`` row is always scored again."""
     path = progress.out / f"{file_stem(results_name(settings), progress.smoke)}.json"
-    if not settings.resume or not path.is_file():
-        return []
-    previous = json.loads(path.read_text(encoding="utf-8"))
+    sources = [path] if settings.resume and path.is_file() else []
+    sources += settings.merge
 
     def protocol(block: dict) -> dict:
         return {k: v for k, v in block.items() if k not in RUN_LIST_KEYS}
 
-    if protocol(previous.get("setting", {})) != protocol(json.loads(json.dumps(setting))):
-        raise SystemExit(f"error: {path} holds another setting; --resume needs the same options")
-    return [r for r in previous["runs"] if r["variant"] != "raw"]
+    runs: dict[tuple[str, int], dict] = {}
+    for source in sources:
+        previous = json.loads(source.read_text(encoding="utf-8"))
+        if protocol(previous.get("setting", {})) != protocol(json.loads(json.dumps(setting))):
+            raise SystemExit(
+                f"error: {source} holds another setting; --resume and --merge need the same "
+                "options"
+            )
+        for entry in previous["runs"]:
+            key = (entry["variant"], entry["seed"])
+            if entry["variant"] == "raw":
+                continue
+            if key in runs:
+                progress(f"{key[0]} seed {key[1]} of {source}: made already, the first is kept")
+                continue
+            runs[key] = entry
+    return list(runs.values())
 
 
 @dataclass(frozen=True)
@@ -506,12 +575,12 @@ def run(settings: Settings, progress: Progress) -> dict:
     }
     stem = file_stem(results_name(settings), progress.smoke)
     job = Job(settings, splits, tuple(train_texts), train_labels, base, stem)
+    finished = _finished_runs(settings, progress, setting)
     raw_encoder = FrozenEncoder(max_tokens=settings.max_tokens)
     payload["machine"]["device"] = device_name(raw_encoder.device)
     raw_scores = job.score(
         lambda texts: raw_encoder.encode(list(texts), progress=False)[:, : dims[-1]]
     )
-    finished = _finished_runs(settings, progress, setting)
     payload["runs"] = [{"variant": "raw", "seed": 0, "train_seconds": 0.0, "scores": raw_scores},
                        *finished]
     done = {(r["variant"], r["seed"]) for r in finished}
@@ -519,7 +588,7 @@ def run(settings: Settings, progress: Progress) -> dict:
     plan += [(variant, seed) for seed in settings.ablation_seeds for variant in settings.ablations]
     for variant, seed in plan:
         if (variant, seed) in done:
-            progress(f"{variant} seed {seed}: kept from the results file")
+            progress(f"{variant} seed {seed}: made already (results file or --merge)")
     plan = [run for run in plan if run not in done]
     for entry in _trained_runs(job, plan, progress):
         payload["runs"].append(entry)

@@ -69,6 +69,11 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def paths(text: str) -> tuple[Path, ...]:
+    """``"a.json,b/c.json"`` → ``(Path("a.json"), Path("b/c.json"))``."""
+    return tuple(Path(part.strip()) for part in text.split(",") if part.strip())
+
+
 def yes_no(text: str) -> bool:
     """``yes`` / ``no`` (or true / false, 1 / 0) on the command line."""
     words = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import low_dim
 from tests.benchmarks.smoke import run_smoke
 
 
@@ -62,6 +63,57 @@ def test_low_dim_unsupervised_smoke_resumes(tmp_path: Path) -> None:
     assert paired["seeds"] == [1, 2] and len(paired["p_value"]) == 2
     with pytest.raises(SystemExit, match="another setting"):
         run_smoke("low_dim", tmp_path, *options, "--epochs", "2", "--resume", "yes")
+
+
+@pytest.mark.slow
+def test_low_dim_workers_and_merge(tmp_path: Path) -> None:
+    """Runs trained in worker processes score exactly as the same runs trained one after the
+    other; --merge joins another invocation's runs of the same setting and trains none of them
+    again, and refuses a missing file or another setting."""
+    options = ["--task-loss", "simcse", "--corpus-size", "60", "--dims", "16,384",
+               "--eval-datasets", "banking77", "--objectives", "mrl,mic", "--epochs", "1"]
+    _, parallel = run_smoke("low_dim", tmp_path / "a", *options, "--seeds", "1",
+                            "--workers", "2")
+    paths, sequential = run_smoke("low_dim", tmp_path / "b", *options, "--seeds", "1,2")
+    assert parallel["machine"]["workers"] == 2 and parallel["machine"]["device"] == "cpu"
+    assert sorted((r["variant"], r["seed"]) for r in parallel["runs"]) == [
+        ("mic", 1), ("mrl", 1), ("raw", 0)
+    ]
+    for run in parallel["runs"]:  # the same numbers, whichever process trained them
+        twin = next(r for r in sequential["runs"]
+                    if (r["variant"], r["seed"]) == (run["variant"], run["seed"]))
+        assert run["scores"] == twin["scores"]
+        assert run.get("machine", {}).get("device") == twin.get("machine", {}).get("device")
+    _, merged = run_smoke("low_dim", tmp_path / "a", *options, "--seeds", "1,2",
+                          "--resume", "yes", "--merge", str(paths[0]))
+    assert merged["runs"][1:3] == parallel["runs"][1:]  # its own runs first, as they were
+    assert merged["runs"][3:] == sequential["runs"][3:]  # then the other file's seed 2, as made
+    assert merged["summary"]["mic"]["banking77"]["vs_mrl"]["lr_macro_f1"]["seeds"] == [1, 2]
+    with pytest.raises(SystemExit, match="no such results file"):
+        run_smoke("low_dim", tmp_path / "a", *options, "--merge", str(tmp_path / "none.json"))
+    with pytest.raises(SystemExit, match="another setting"):
+        run_smoke("low_dim", tmp_path / "c", *options, "--epochs", "2", "--merge", str(paths[0]))
+
+
+def test_paired_differences_name_mixed_devices() -> None:
+    """A paired difference says which seeds' two runs trained on different devices, and the
+    target text where its pairs trained."""
+    def run(variant: str, seed: int, f1: float, device: str | None) -> dict:
+        entry = {"variant": variant, "seed": seed, "scores": {"b": {"f1": [f1]}}}
+        return entry | ({"machine": {"device": device}} if device else {})
+
+    gpu = "cuda (NVIDIA H200)"
+    runs = [run("mrl", 1, 0.40, None), run("mic", 1, 0.50, None),  # recorded before: the CPU
+            run("mrl", 2, 0.42, gpu), run("mic", 2, 0.48, gpu), run("mic-sir", 1, 0.44, gpu)]
+    gain = low_dim.paired(runs, "mic", "b", "f1")
+    assert gain["seeds"] == [1, 2] and gain["mixed_devices"] == []
+    assert gain["devices"] == ["cpu", gpu]
+    assert gain["mean"] == pytest.approx([8.0])
+    assert low_dim._devices_note(gain) == f"; seed 1 on cpu, seed 2 on {gpu}"
+    ablation = low_dim.paired(runs, "mic-sir", "b", "f1", reference="mic")
+    assert ablation["reference"] == "mic" and ablation["mixed_devices"] == [1]
+    assert ablation["per_seed"][0] == pytest.approx([-6.0]) and ablation["p_value"] == [None]
+    assert low_dim.full_objective("mic-sir") == "mic" and low_dim.full_objective("mic") is None
 
 
 def _check_scores(report: dict, datasets: list[str], dims: int) -> None:
