@@ -10,9 +10,9 @@
 #
 #   pack    (here)    writes .gpu_carry/a (the data, the encoder's small files, the first part of
 #                     its weights) and .gpu_carry/b (the rest of the weights, their sha256);
-#   stash   (call 1, carry .gpu_carry/a) keeps part a in /tmp on the warm machine, then checks the
-#                     GPU path and times it: a short low_dim run on an encoder of the same shape
-#                     with random weights, WORKERS runs at once;
+#   stash   (call 1, carry .gpu_carry/a) keeps part a in /tmp on the warm machine, then (unless
+#                     CHECK=no) checks the GPU path and times it: a short low_dim run on an
+#                     encoder of the same shape with random weights, WORKERS runs at once;
 #   run     (call 2, carry .gpu_carry/b, made within the machine's 30 s warm time) joins and
 #                     checks the weights, then runs low_dim with the given options until DEADLINE
 #                     seconds, writing under $OUT (the results file is rewritten after each run).
@@ -54,6 +54,7 @@ stash)
   cp -r "$CARRY/a/banking77" "$CARRY/a/clinc150" "$STASH/data/"
   cp -r "$CARRY/a/model_small" "$STASH/model"
   cp "$CARRY/a/weights.part" "$STASH/weights.part-a"
+  [ "${CHECK:-yes}" = yes ] || exit 0
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   python3 -c "import torch, transformers, sklearn; print('torch', torch.__version__, \
 'transformers', transformers.__version__, 'sklearn', sklearn.__version__)"
