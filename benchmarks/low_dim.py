@@ -21,10 +21,18 @@ Two settings (``--task-loss``):
 are kept and only the missing ones run. The file is rewritten after every run, so an
 interrupted benchmark keeps what it measured; with ``--checkpoint-dir`` a run interrupted
 part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`). Such a
-benchmark spans sessions and machines, so each trained run keeps its own date, CPU model and
-load average at its start and end (``machine`` in its entry) beside the file's machine section,
-which describes the last invocation only, and its sessions (``sessions``: when each invocation
-trained which steps, for how long; ``train_seconds`` is their sum).
+benchmark spans sessions and machines, so each trained run keeps its own date, CPU model,
+device (``cpu`` or ``cuda (GPU name)``) and load average at its start and end (``machine`` in its
+entry) beside the file's machine section, which describes the last invocation only, and its
+sessions (``sessions``: when each invocation trained which steps, for how long;
+``train_seconds`` is their sum).
+
+``--workers N`` trains N runs at once, each in a spawned process of its own: on a GPU, where one
+run leaves most of it idle, issue 20's 3,750-step runs took 191–443 s each, five at a time on an
+H200, against 53–83 min each on 2 CPU cores. ``--merge a.json,b.json`` adds the runs of other
+results files of the same setting, made on other machines, and trains none of them again; the
+paired tables name the seeds whose two runs trained on different devices (a CPU and a GPU draw
+different dropout masks from one seed). ``benchmarks/gpu/`` runs the protocol on a lent GPU.
 
     python -m benchmarks low_dim                        # Banking77, 3,000 training texts
     python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \\
@@ -300,7 +308,7 @@ def _dataset_section(payload: dict, dataset: str) -> list[str]:
         lines += [f"### {title} (×100, mean over seeds)", ""]
         lines += [markdown_table(["variant", "seeds", *map(str, dims)], rows), ""]
         for key, text in PAIRED_TABLES.items():
-            rows = [_paired_row(variant, result, dims)
+            rows = [_paired_row(variant, result)
                     for variant, s in summary.items()
                     if (result := s[dataset][key].get(metric)) is not None]
             if rows:
@@ -317,13 +325,13 @@ PAIRED_TABLES = {
 }
 
 
-def _paired_row(variant: str, result: dict, dims: list[int]) -> list:
+def _paired_row(variant: str, result: dict) -> list:
     """One row of a paired-difference table; seeds whose two runs trained on different devices
     are named in the seeds cell."""
     p_values = ["" if p is None else f" (p {p:.3f})" for p in result["p_value"]]
     mixed = result["mixed_devices"]
     seeds = f"{len(result['seeds'])}" + (
-        f" (seed {', '.join(map(str, mixed))}: CPU against GPU)" if mixed else ""
+        f" (seed {', '.join(map(str, mixed))}: runs on different devices)" if mixed else ""
     )
     return [variant, result["reference"], seeds] + [
         f"{d:+.2f}{p}" for d, p in zip(result["mean"], p_values, strict=True)

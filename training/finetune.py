@@ -16,6 +16,9 @@ the cached pooled features (``projection(pool(h)) = pool(projection(h))``, so it
 model), MIC and MIPIC steps read the last layer's token states and every layer's pooled state,
 computed once for the training texts (:class:`~training.token_encoder.CachedTokenStates`).
 
+Training runs on the encoder's device (a GPU when torch sees one, :class:`FrozenEncoder`): the
+projection, the objective's own parameters and the batches follow the backbone there.
+
 ``matched`` comparisons use the same :class:`FinetuneConfig` with only ``objective`` changed.
 """
 
