@@ -408,13 +408,14 @@ def _run_machine_cells(run: dict) -> list[str]:
 
 def plot(payload: dict, path: Path) -> None:
     datasets = payload["eval_datasets"]
-    figure = Figure(figsize=(6 * len(datasets), 4))
+    figure = Figure(figsize=(7.5 * len(datasets), 4))
     for axis, dataset in zip(np.atleast_1d(figure.subplots(1, len(datasets))), datasets,
                              strict=True):
         colours = {}
         for variant, summary in payload["summary"].items():
             (line,) = axis.plot(payload["dims"], np.asarray(summary[dataset]["lr_macro_f1"]) * 100,
-                                marker="o", label=variant)
+                                marker="o", label=variant,
+                                linestyle=":" if full_objective(variant) else "-")
             colours[variant] = line.get_color()
         if dataset == "banking77" and payload["task_loss"] == "simcse":  # the papers' setting
             paper = payload["paper_banking77_lr_f1"]
@@ -426,7 +427,7 @@ def plot(payload: dict, path: Path) -> None:
         axis.set_xlabel("prefix dimension")
         axis.set_ylabel("LR macro F1 (%)")
         axis.set_title(f"{dataset}: nested prefixes ({payload['task_loss']})")
-        axis.legend()
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
