@@ -4,7 +4,7 @@
 # On a machine of your own with a GPU and the project installed, none of this is needed: run
 #   python -m benchmarks low_dim --task-loss simcse --epochs 5 --seeds 42,123,456 \
 #     --eval-datasets banking77,clinc150 --ablations mic-scr,mic-sir,mipic-sia,mipic-pic \
-#     --threads 1 --workers 13 --out benchmarks/results/low_dim_unsupervised_gpu
+#     --threads 1 --workers 5 --out benchmarks/results/low_dim_unsupervised_gpu
 # The lent machine has torch, transformers, scikit-learn and the rest, but reaches no registry,
 # and each call carries at most 64 MiB, less than the default encoder's weights (91 MB). So:
 #
