@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -715,9 +716,28 @@ def load_bundle(bundle_dir: Path) -> Manifest:
     """Read and verify a bundle: manifest fields, required files, and every file's sha256.
 
     Files on disk that the manifest does not list are ignored (they are not part of the bundle).
-    Raises :class:`BundleError` naming the file or field at fault.
+    Raises :class:`BundleError` naming the file or field at fault, or the file this process may
+    not read (:func:`unreadable_bundle`).
     """
     bundle_dir = Path(bundle_dir)
+    try:
+        return _read_bundle(bundle_dir)
+    except PermissionError as exc:
+        raise unreadable_bundle(bundle_dir, exc) from exc
+
+
+def unreadable_bundle(bundle_dir: Path, error: PermissionError) -> BundleError:
+    """The error for a bundle this process may not read: the path refused, the user asking, and
+    the command that lets every user read the bundle."""
+    path = error.filename or bundle_dir
+    return BundleError(
+        f"permission denied reading {path} (this process runs as uid {os.getuid()}): make the "
+        f"bundle readable by every user with: chmod -R a+rX {bundle_dir}"
+    )
+
+
+def _read_bundle(bundle_dir: Path) -> Manifest:
+    """:func:`load_bundle`'s reading and checks."""
     if not bundle_dir.is_dir():
         raise BundleError(f"bundle directory not found: {bundle_dir}")
     manifest_path = bundle_dir / MANIFEST_FILE

@@ -9,7 +9,9 @@ with another bundle is refused, because stored vectors from one model are meanin
 queries from another.
 
 A quantised bundle (an int8 twin) started where ONNX Runtime offers CUDA is served, with a
-warning that names the fp32 bundle it was made from (:func:`cpu_recipe_on_gpu`).
+warning that names the fp32 bundle it was made from (:func:`cpu_recipe_on_gpu`). An encoder that
+runs on the CPU although ONNX Runtime is a GPU build is served too, with a warning
+(:func:`cuda_not_loaded`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import faiss
+import onnxruntime as ort
 
 from bundle import BundleError, Manifest, load_bundle
 from service.batching import MicroBatcher
@@ -47,6 +50,20 @@ def cpu_recipe_on_gpu(manifest: Manifest, providers: Sequence[str]) -> str | Non
         f"{quantization.weight_type}), a CPU recipe, and ONNX Runtime offers CUDA here: serve "
         f"its fp32 source bundle {quantization.source_bundle!r} (content hash "
         f"{quantization.source_bundle_hash[:12]}) on the GPU instead"
+    )
+
+
+def cuda_not_loaded(available: Sequence[str], session: Sequence[str]) -> str | None:
+    """A warning when this ONNX Runtime build offers CUDA (``available``, its providers) but the
+    encoder's session did not get it (``session``, the session's providers): the CUDA provider
+    failed to load, and the encoder runs on the CPU. None otherwise."""
+    if CUDA not in available or CUDA in session:
+        return None
+    return (
+        f"the encoder runs on the CPU: this ONNX Runtime build offers {CUDA}, but the encoder's "
+        "session did not get it, most likely because the CUDA provider failed to load (missing "
+        "or mismatched CUDA or cuDNN libraries; see the ONNX Runtime log above); check the "
+        "providers in GET /info (encoder.providers)"
     )
 
 
@@ -109,6 +126,10 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         raise StartupError(str(exc)) from exc
     encoder, router = _load_graphs(settings, manifest)
     if warning := cpu_recipe_on_gpu(manifest, encoder.providers):
+        logger.warning(warning)
+    if encoder.runtime == "onnxruntime" and (
+        warning := cuda_not_loaded(ort.get_available_providers(), encoder.providers)
+    ):
         logger.warning(warning)
     metrics = metrics or Metrics()
     try:

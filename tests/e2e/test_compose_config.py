@@ -46,8 +46,13 @@ MILVUS_VECTOR_FIELDS = 10
 """Vector fields a Fractal collection may need: one per (scoring, prefix dim, index kind)."""
 NGINX_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'|[{};]|[^\s{};"\']+')
 """A word of nginx.conf: double- or single-quoted, a brace or ``;``, or a bare word."""
-NGINX_RESOLVE = (1, 27, 3)
-"""The first open-source nginx with ``resolve`` on an upstream server."""
+NGINX_RESOLVER_FILE = "/etc/nginx/resolver.conf"
+"""Written by docker/nginx/entrypoint.sh with the container's DNS server; nginx.conf includes it."""
+DOCUMENTED_COMMANDS = ("README.md", "docs/*.md", "docker-compose.yml")
+DOCUMENTED_COMPOSE = re.compile(
+    r"FRACTAL_BUNDLE=(\S+) docker-compose(?: -p \S+)?(?: --profile (\S+))?"
+)
+"""A documented compose command line: the bundle path it sets and its profile, if any."""
 PASSED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL")
 """All compose sees of the caller's environment: no COMPOSE_PROFILES, no FRACTAL_PORT, so the
 checks are of the repository's defaults."""
@@ -61,14 +66,19 @@ def _seconds(duration: str) -> float:
     )
 
 
-def _config(*profiles: str) -> dict:
+def _config(*profiles: str, env: dict[str, str] | None = None) -> dict:
     """The file as ``docker-compose config`` validates and resolves it (defaults filled in),
-    with the repository's ``.env`` and defaults, not the caller's variables."""
+    with the repository's ``.env`` and defaults (and ``env``), not the caller's variables."""
     command = [require_binary("docker-compose"), "-f", str(COMPOSE_FILE)]
     command += [option for profile in profiles for option in ("--profile", profile)]
-    env = {key: os.environ[key] for key in PASSED_ENVIRONMENT if key in os.environ}
+    passed = {key: os.environ[key] for key in PASSED_ENVIRONMENT if key in os.environ}
     resolved = subprocess.run(
-        [*command, "config"], capture_output=True, text=True, timeout=60, env=env
+        [*command, "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**passed, **(env or {})},
     )
     assert resolved.returncode == 0, resolved.stderr
     return yaml.safe_load(resolved.stdout)
@@ -130,7 +140,9 @@ def test_each_deployment_is_valid_and_complete(profiles: tuple[str, ...]) -> Non
             if source.startswith("/") and target not in MOUNTED_ELSEWHERE:
                 assert Path(source).exists(), f"{source} (mounted at {target}) is missing"
         if "build" in service:
-            assert (Path(service["build"]["context"]) / service["build"]["dockerfile"]).is_file()
+            build = service["build"]
+            assert (Path(build["context"]) / build.get("dockerfile", "Dockerfile")).is_file()
+        if "FRACTAL_INDEX_BACKEND" in service.get("environment", {}):  # a Fractal service
             assert service["environment"]["FRACTAL_REDIS_URL"] == "redis://redis:6379/0"
             # SIGKILL only after the drain and the snapshot: more than the service's own grace.
             grace = float(service["environment"]["FRACTAL_SHUTDOWN_GRACE_S"])
@@ -212,33 +224,72 @@ def _bytes(size: str) -> int:
 
 
 def test_nginx_balances_every_replica_of_the_scaled_service() -> None:
+    """nginx is built here on Debian's nginx, looks the scaled service's name up at request time
+    through the DNS server its entry point names (Docker's or Podman's), and proxies to it."""
     services = _deployment(("milvus",))
     nginx, replica = services["nginx"], services[SCALED]
-    mounts = dict(_mount(volume) for volume in nginx["volumes"])
-    assert mounts[str(NGINX_CONFIG)] == "/etc/nginx/nginx.conf"
-    version = re.match(r"(\d+)\.(\d+)\.(\d+)", nginx["image"].rpartition(":")[2])
-    assert version and tuple(map(int, version.groups())) >= NGINX_RESOLVE, nginx["image"]
+    build = Path(nginx["build"]["context"])
+    assert build == NGINX_CONFIG.parent and "volumes" not in nginx
+    dockerfile = (build / nginx["build"].get("dockerfile", "Dockerfile")).read_text()
+    assert re.search(r"^FROM debian:\S+", dockerfile, re.MULTILINE), "Debian's nginx"
+    assert "COPY nginx.conf /etc/nginx/nginx.conf" in dockerfile
     assert nginx["depends_on"][SCALED]["condition"] == "service_healthy"
 
     (http,) = _find(_nginx_blocks(NGINX_CONFIG.read_text(encoding="utf-8")), "http")
-    (resolver,) = _find(http[2], "resolver")
-    assert resolver[1][0] == "127.0.0.11", "Docker's DNS finds every replica"
-    (upstream,) = _find(http[2], "upstream")
-    assert _find(upstream[2], "zone"), "`resolve` keeps its servers in a shared zone"
-    (server,) = _find(upstream[2], "server")
-    host, _, port = server[1][0].partition(":")
-    assert host == SCALED and port in replica["expose"]
-    assert "resolve" in server[1]
+    assert not _find(http[2], "resolver") and not _find(http[2], "upstream")
+    (include,) = _find(http[2], "include")
+    assert include[1] == [NGINX_RESOLVER_FILE]
+    assert NGINX_RESOLVER_FILE in (build / "entrypoint.sh").read_text()
 
     (site,) = _find(http[2], "server")
+    (variable,) = _find(site[2], "set")
+    host, _, port = variable[1][1].partition(":")
+    assert host == SCALED and port in replica["expose"]
     (listen,) = _find(site[2], "listen")
     assert [_port(port) for port in nginx["ports"]] == [(8000, int(listen[1][0]))]
     (body_limit,) = _find(site[2], "client_max_body_size")
     assert _bytes(body_limit[1][0]) >= Settings.model_fields["max_body_bytes"].default
     (root,) = [location for location in _find(site[2], "location") if location[1] == ["/"]]
-    assert _find(root[2], "proxy_pass")[0][1] == [f"http://{upstream[1][0]}"]
+    assert _find(root[2], "proxy_pass")[0][1] == [f"http://{variable[1][0]}"]
     headers = {arguments[0].lower() for _, arguments, _ in _find(root[2], "proxy_set_header")}
     assert "x-request-id" in headers
+
+
+def test_nginx_config_is_valid_for_debians_nginx(tmp_path: Path) -> None:
+    """``nginx -t`` of Debian's nginx (the version the image installs) accepts the file, with
+    the resolver line the entry point writes."""
+    nginx = require_binary("nginx")
+    resolver = tmp_path / "resolver.conf"
+    resolver.write_text("resolver 127.0.0.11 valid=5s ipv6=off;\n")
+    config = NGINX_CONFIG.read_text(encoding="utf-8")
+    config = config.replace(NGINX_RESOLVER_FILE, str(resolver))
+    config = config.replace("pid /run/nginx.pid;", f"pid {tmp_path / 'nginx.pid'};")
+    (tmp_path / "nginx.conf").write_text(config)
+    tested = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert tested.returncode == 0, tested.stderr
+
+
+def test_documented_compose_commands_resolve() -> None:
+    """Every ``FRACTAL_BUNDLE=… docker-compose …`` command in the docs and the compose file's
+    comments resolves, with the bundle bound from a path (not read as a volume name)."""
+    commands = []
+    for source in DOCUMENTED_COMMANDS:
+        for path in sorted(ROOT.glob(source)):
+            commands += DOCUMENTED_COMPOSE.findall(path.read_text(encoding="utf-8"))
+    assert len(commands) >= 2, "the docs show the compose commands"
+    for bundle, profile in set(commands):
+        profiles = (profile,) if profile else ()
+        services = _enabled(_config(*profiles, env={"FRACTAL_BUNDLE": bundle}), profiles)
+        for name, service in services.items():
+            for volume in service.get("volumes", []):
+                source, target = _mount(volume)
+                if target == "/bundle":
+                    assert source == str(ROOT / bundle), (name, bundle, source)
 
 
 def test_prometheus_discovers_every_replica() -> None:

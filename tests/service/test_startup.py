@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import onnxruntime
 import pytest
 from pydantic import ValidationError
 
@@ -18,7 +19,7 @@ from bundle import CosineToFP32, Quantization, load_bundle, write_manifest
 from service.encoder import CPU, CUDA, OnnxEncoder
 from service.errors import StartupError
 from service.settings import Settings, describe_settings_error
-from service.startup import cpu_recipe_on_gpu, load_runtime
+from service.startup import cpu_recipe_on_gpu, cuda_not_loaded, load_runtime
 from tests.service.helpers import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,6 +160,44 @@ def test_a_quantised_bundle_offered_cuda_names_its_fp32_source(
     assert warnings == [cpu_recipe_on_gpu(twin, [CUDA, CPU])]
     assert "bundle 'tiny-int8' has a quantised encoder" in warnings[0]
     assert f"fp32 source bundle 'tiny' (content hash {fp32.content_hash[:12]})" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("available", "session", "warned"),
+    [
+        ([CPU], [CPU], False),  # a CPU build
+        ([CUDA, CPU], [CUDA, CPU], False),  # a GPU build that loaded CUDA
+        ([CUDA, CPU], [CPU], True),  # a GPU build whose CUDA provider failed to load
+        (["TensorrtExecutionProvider", CUDA, CPU], [CPU], True),
+    ],
+)
+def test_a_gpu_build_whose_session_runs_on_the_cpu_is_warned_about(
+    available: list[str], session: list[str], warned: bool
+) -> None:
+    warning = cuda_not_loaded(available, session)
+    assert (warning is not None) == warned
+    if warning is not None:
+        assert warning.startswith("the encoder runs on the CPU: this ONNX Runtime build offers")
+        assert "CUDA provider failed to load" in warning
+        assert "GET /info (encoder.providers)" in warning
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+def test_start_up_warns_once_when_cuda_is_offered_but_not_loaded(
+    tiny_bundle_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """This ONNX Runtime is a CPU build told it offers CUDA: the session asks for CUDA and gets
+    the CPU, as a GPU build does whose CUDA libraries do not load."""
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [CUDA, CPU])
+    with caplog.at_level(logging.WARNING, logger="service"):
+        runtime = load_runtime(make_settings(tiny_bundle_dir, tmp_path / "index"))
+    runtime.collection.close()
+    assert runtime.encoder.providers == [CPU]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [cuda_not_loaded([CUDA, CPU], [CPU])]
 
 
 def test_service_never_imports_torch_or_training() -> None:
