@@ -37,13 +37,20 @@ def cached_settings(
 
 
 def test_repeated_queries_hit_the_cache_and_skip_the_encoder(cached_settings: Settings) -> None:
+    """Repeats are answered from the cache: the stored vector itself, without the encoder. A
+    lookup may still miss its deadline on a loaded machine (the request is then served uncached,
+    as designed, and its text encoded again, alone, which may move the vector by ~1e-7): up to
+    1% of them may, and each one that did is counted as encoded again."""
+    exact = 0
     with serve(cached_settings) as client:
         first = _embed(client, TEXTS)
         before = metric_samples(client)
         assert metric(before, "fractal_encode_batch_size_sum") == len(TEXTS)
         for _ in range(REPEATS):
             for text, vector in zip(TEXTS, first, strict=True):
-                assert _embed(client, [text]) == [vector]
+                (again,) = _embed(client, [text])
+                assert np.allclose(again, vector, atol=1e-6)
+                exact += again == vector
         after = metric_samples(client)
 
     def counted(result: str) -> float:
@@ -52,8 +59,10 @@ def test_repeated_queries_hit_the_cache_and_skip_the_encoder(cached_settings: Se
     hits, lookups = counted("hit"), counted("hit") + counted("miss") + counted("error")
     assert lookups == REPEATS * len(TEXTS)
     assert hits / lookups >= 0.99
-    assert metric(after, "fractal_encode_batch_size_sum") == len(TEXTS)  # none encoded again
-    assert metric(after, "fractal_encoder_calls_skipped_total") == REPEATS * len(TEXTS)
+    assert exact >= hits  # a hit answers the stored vector itself
+    encoded_again = metric(after, "fractal_encode_batch_size_sum") - len(TEXTS)
+    assert encoded_again == lookups - hits  # only the texts not found were encoded again
+    assert metric(after, "fractal_encoder_calls_skipped_total") == hits
 
 
 def test_one_entry_serves_every_prefix_and_search(

@@ -40,7 +40,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def targets(results: dict) -> dict[str, dict]:
-    """The issue's targets with the values reached."""
+    """The MSHC targets with the values reached."""
     mrl = next(r for r in results["cumulative"] if r["name"] == "+mrl")
     best_vq = min(results["vq_variants"], key=lambda r: r["rho_loss_vs_mrl96"])
     retrieval = {r["name"]: r["relative"] for r in results["retrieval"]}
