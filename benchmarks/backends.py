@@ -9,7 +9,7 @@ The documents are drawn from a labelled mixture fitted to real V5 embeddings
 vectors and held-out queries that ``python -m benchmarks scale`` caches in its work folder: the
 same draws as the filters benchmark's), the queries are the real held-out ones; without
 ``--real-vectors``, toy labelled vectors stand in. Both backends are opened the way the service
-and ``fractal import`` open them (:func:`service.collection.catalog_for`, the service's default
+and ``fractal import`` open them (:func:`index.catalog.catalog_for`, the service's default
 settings for ``--bundle``: HNSW and exact indexes at the coarse prefix, the bundle's C2F
 shortlist prefix and the fine one; HNSW M and efConstruction as the service's), the embedded one
 in a folder, the Milvus one (``index_backend=milvus``) in a ``milvus-lite server`` process this
@@ -72,9 +72,9 @@ from benchmarks.harness.search_measure import faiss_threads, first_reaching, rec
 from bundle import Manifest, load_bundle
 from index import Hit
 from index.backend import IndexBackend
+from index.catalog import catalog_for
 from index.filters import Filter
 from index.vectors import prefix_unit, unit_rows
-from service.collection import catalog_for
 from service.settings import Settings as ServiceSettings
 from support.processes import MilvusServer
 
@@ -228,7 +228,7 @@ def service_settings(settings: Settings, backend: str, index_dir: Path, uri: str
 
 def _open(settings: Settings, manifest: Manifest, chosen: dict) -> IndexBackend:
     """The default collection, opened by the service's factory."""
-    return catalog_for(ServiceSettings(**chosen), manifest).open_default()
+    return catalog_for(ServiceSettings(**chosen).catalog_settings, manifest).open_default()
 
 
 def _metadata(settings: Settings, bucket: np.ndarray, rows: slice) -> list[dict] | None:

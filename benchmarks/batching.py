@@ -3,7 +3,7 @@
     python -m benchmarks batching                        # full run, about 2 min
     python -m benchmarks batching --smoke --out DIR      # tiny, seconds
 
-In process, no HTTP: the service's own :class:`service.encoder.OnnxEncoder` on the bundle (2
+In process, no HTTP: the service's own :class:`encoding.encoder.OnnxEncoder` on the bundle (2
 encoder threads unless ``--threads``, on the runtime the service would pick), and one
 :class:`service.batching.MicroBatcher` per policy in front of it, each as the service builds it
 (max 32 texts a batch, no wait for a batch to fill, the default budget of padded tokens, a
@@ -45,10 +45,10 @@ from benchmarks.harness.markdown import bullet_list, markdown_table, targets_tab
 from benchmarks.harness.paragraphs import paragraphs
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
+from encoding import TokenIds
+from encoding.encoder import Encoded, OnnxEncoder
+from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, padded_tokens
 from service.batching import BatchPolicy, MicroBatcher
-from service.encoder import Encoded, OnnxEncoder
-from service.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, padded_tokens
-from service.limits import TokenIds
 from service.metrics import Metrics
 from training.data.registry import data_dir, load_dataset
 

@@ -40,7 +40,7 @@ from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, o
 from bulk.embed import DEFAULT_BATCH_TOKENS, DEFAULT_SHARD_ROWS, EmbedOptions, embed_corpus
 from bulk.shards import read_shard
 from bundle import TOKENIZER_FILE, load_bundle
-from service.encoder import chosen_runtime
+from encoding.encoder import chosen_runtime
 from training.data.registry import data_dir
 from training.quantize import row_cosines
 

@@ -13,7 +13,7 @@ in one run:
   and read from a local folder (:mod:`benchmarks.harness.fastembed_minilm`), its own batching,
   pooling and session (its ``threads``); its vectors are checked against sentence-transformers'
   before anything is timed;
-- ``ort_*`` and ``ov_*``: the service's :class:`service.encoder.OnnxEncoder` on the bundle's
+- ``ort_*`` and ``ov_*``: the service's :class:`encoding.encoder.OnnxEncoder` on the bundle's
   ``encoder.onnx`` (``ort_fp32``) and on every variant :mod:`benchmarks.harness.encoder_variants`
   makes (fused offline, dynamic int8 for ONNX Runtime, the fp32 graph on OpenVINO in fp32 and
   bf16, the fast twin's static int8 on OpenVINO and on ONNX Runtime), on the runtime each is
@@ -76,7 +76,7 @@ from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, o
 from benchmarks.harness.served_runtime import ServedRuntime
 from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import TOKENIZER_FILE, load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from service.settings import Settings as ServiceSettings
 from support.metrics import metric_samples
 from support.processes import start_service

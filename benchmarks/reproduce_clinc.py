@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from benchmarks.harness.runner import Progress
+from bundle.objectives import ABLATION_OBJECTIVES
 from training.evaluation.knn import knn_accuracy_table
 from training.evaluation.report import RunResult, compare, summarise, write_report
 from training.frozen_encoder import FrozenEncoder
@@ -28,7 +29,7 @@ from training.prepared_data import DataConfig, prepare_data
 from training.train_config import PAPER_SEEDS, TrainConfig
 
 PREFIX_DIMS = [64, 128, 192, 256]
-ABLATIONS = ("inverted", "no-prefix", "uhmt")
+ABLATIONS = ABLATION_OBJECTIVES
 PAPER_RECIPE = {"supcon_weight": 0.0, "discard_weight": 0.0, "epochs": 5, "learning_rate": 1e-4}
 DISCARD_SWEEP = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 

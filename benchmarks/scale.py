@@ -47,7 +47,7 @@ precision coarse reaches, minus 0.005.
 
 ``--keep-index DIR`` moves the largest N's collection to ``DIR`` for
 :mod:`benchmarks.scale_service`, with the bundle record the service checks
-(:func:`service.collection.check_bundle_record`, written before the store) and
+(:func:`index.catalog.check_bundle_record`, written before the store) and
 ``scale_build.json`` (the service settings that open it without a rebuild). Writes
 ``scale{,_smoke}.{json,md,png}``; an interrupted run keeps every N it finished (checkpoints).
 """
@@ -90,8 +90,8 @@ from benchmarks.harness.search_measure import (
 )
 from bundle import Manifest, load_bundle
 from index import Collection, Hit, HnswParams
+from index.catalog import check_bundle_record
 from index.vectors import prefix_unit, unit_rows
-from service.collection import check_bundle_record
 from training.evaluation.shortlist import measure_shortlist
 
 K = 10

@@ -52,7 +52,7 @@ from benchmarks.harness.runner import Progress, bundle_folder, int_list, option,
 from benchmarks.harness.wrk import run_wrk
 from benchmarks.scale import KEPT_RECORD
 from bundle import load_bundle
-from service.collection import catalog_for
+from index.catalog import catalog_for
 from service.settings import Settings as ServiceSettings
 from support.client import FractalClient
 from support.processes import RedisServer, ServiceProcess, start_service
@@ -213,14 +213,14 @@ def _phase(
 
 def build_fine_graph(settings: Settings, built: dict, index_dir: Path) -> dict:
     """Build the fine HNSW graph into the folder's snapshot in this process, opening the folder
-    as the ``--fine-hnsw`` service does (:func:`service.collection.catalog_for` with its
+    as the ``--fine-hnsw`` service does (:func:`index.catalog.catalog_for` with its
     settings), so that the service loads it at start: it would build it before answering
     ``/ready``, and snapshot it at shutdown only after a write. The seconds the open (the build)
     and the snapshot took; nothing is built when the snapshot already holds the graph."""
     values = _service_settings(settings, built, None, True)
     opened = ServiceSettings(bundle_dir=settings.bundle, index_dir=index_dir, **values)
     started = time.perf_counter()
-    catalog = catalog_for(opened, load_bundle(opened.bundle_dir))
+    catalog = catalog_for(opened.catalog_settings, load_bundle(opened.bundle_dir))
     collection = catalog.open_default()
     try:
         build_seconds = time.perf_counter() - started

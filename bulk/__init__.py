@@ -8,7 +8,8 @@
 - :mod:`bulk.importer` adds shards to the service's collection without re-encoding
   (``fractal import``);
 - :mod:`bulk.ingest` sends a corpus to a running service over HTTP, reporting the rows it
-  rejects (``fractal ingest FILE``).
+  rejects (``fractal ingest FILE``);
+- :mod:`bulk.cli` holds those ``fractal`` commands' options and handlers.
 
 Never imports torch, FastAPI or ``training``. Every problem with the user's input is one
 :class:`BulkError` line naming the file and, where it applies, the row.

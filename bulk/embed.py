@@ -2,7 +2,7 @@
 
 The corpus is read in shards of ``shard_size`` records, in order; a shard's texts are sorted by
 token count and cut into batches of at most ``batch_tokens`` padded tokens
-(:func:`service.length_batches.token_batches`), so that short texts are not padded to long ones.
+(:func:`encoding.length_batches.token_batches`), so that short texts are not padded to long ones.
 Each shard is written atomically (:func:`bulk.shards.write_shard`) with the bundle's hash in it,
 so a rerun skips every shard that is already there, valid, made by this bundle with this dtype,
 and holds the same records; a missing, partial or stale one is redone. ``embed.json`` in the
@@ -10,7 +10,7 @@ output folder describes the finished run.
 
 Who encodes the batches is the one thing that varies, behind :class:`Encoders`: by default
 :class:`ProcessEncoders`, worker processes on this machine each running one
-:class:`service.encoder.OnnxEncoder` on one intra-op thread; ``fractal embed --ray`` passes
+:class:`encoding.encoder.OnnxEncoder` on one intra-op thread; ``fractal embed --ray`` passes
 :class:`bulk.ray_embed.RayEncoders`, Ray Data actors doing the same on a cluster. Everything
 else (planning, resuming, checking, writing) is this module's, whichever encodes.
 """
@@ -35,9 +35,9 @@ from bulk.corpus import Chunk, Columns, place, read_chunks
 from bulk.errors import BulkError
 from bulk.shards import DTYPES, FORMAT_VERSION, ShardHeader, read_shard, shard_name, write_shard
 from bundle import TOKENIZER_FILE, BundleError, Manifest, load_bundle
-from service.encoder import OnnxEncoder
-from service.length_batches import DEFAULT_BATCH_TOKENS, token_batches
-from service.settings import available_cores
+from encoding.cores import available_cores
+from encoding.encoder import OnnxEncoder
+from encoding.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 
 RUN_FILE = "embed.json"
 DEFAULT_SHARD_ROWS = 50_000

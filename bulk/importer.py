@@ -1,15 +1,17 @@
 """``fractal import``: shards of precomputed vectors → the service's collection, no re-encoding.
 
-The default collection is opened exactly as the service opens it
-(:func:`service.collection.catalog_for`, with the service's settings: ``FRACTAL_INDEX_BACKEND``,
-``FRACTAL_INDEX_KINDS``, ``FRACTAL_HNSW_*`` and the rest apply, and the indexes go at the coarse
-prefix, the bundle's C2F shortlist prefix and the fine one), so the service then serves it as it
-is. Each shard is read and checked whole (:func:`bulk.shards.read_shard`) before anything of it
-is written, then added with one upsert. On the embedded backend that is one SQLite transaction,
-so a shard is imported all or nothing, also when the process is killed, and at the end the
-indexes are snapshotted, so the service starts without rebuilding them. On Milvus a shard goes
-in acknowledged chunks (:data:`index.milvus.UPSERT_CHUNK`); a shard cut short is completed by
-importing it again, since upserts replace by id.
+The default collection is opened exactly as the service opens it (:func:`index.catalog.catalog_for`,
+with the service's settings: ``FRACTAL_INDEX_BACKEND``, ``FRACTAL_INDEX_KINDS``, ``FRACTAL_HNSW_*``
+and the rest apply, and the indexes go at the coarse prefix, the bundle's C2F shortlist prefix and
+the fine one), so the service then serves it as it is. Those variables are read and checked by the
+service's settings class (:class:`service.settings.Settings`: pydantic, no FastAPI), the one place
+that defines them, and the only import of ``service`` in ``bulk``. Each shard is read and checked
+whole (:func:`bulk.shards.read_shard`) before anything of it is written, then added with one upsert.
+On the embedded backend that is one SQLite transaction, so a shard is imported all or nothing, also
+when the process is killed, and at the end the indexes are snapshotted, so the service starts
+without rebuilding them. On Milvus a shard goes in acknowledged chunks
+(:data:`index.milvus.UPSERT_CHUNK`); a shard cut short is completed by importing it again, since
+upserts replace by id.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from bulk.errors import BulkError
 from bulk.shards import read_shard
 from bundle import BundleError, load_bundle
 from index.backend import BackendUnavailable, DocumentRefused
-from service.collection import IndexDirError, catalog_for
+from index.catalog import IndexDirError, catalog_for
 from service.settings import Settings, describe_settings_error
 
 
@@ -79,7 +81,7 @@ def import_shards(
         raise BulkError(describe_settings_error(exc)) from None
     paths = shard_paths(source)
     try:
-        catalog = catalog_for(settings, manifest)
+        catalog = catalog_for(settings.catalog_settings, manifest)
         collection = catalog.open_default()
     except IndexDirError as exc:
         raise BulkError(str(exc)) from exc

@@ -5,7 +5,7 @@ on one machine; :class:`RayEncoders` only replaces who encodes a shard's batches
 (:class:`bulk.embed.Encoders`). The shard's token batches, the very ones the worker processes
 would get, become the rows of a Ray Dataset, one batch per row and per block, and
 ``map_batches`` sends each to :class:`EncoderActor`, an actor pool of ``actors`` actors of one
-CPU each, each holding one :class:`service.encoder.OnnxEncoder` on one intra-op thread. An actor
+CPU each, each holding one :class:`encoding.encoder.OnnxEncoder` on one intra-op thread. An actor
 returns the batch's float32 vectors as raw bytes, and the driver puts them at the batch's
 positions, so the shards are bit for bit those of the single-machine path. One Dataset runs per
 shard: the shard stays the unit of work and of resuming, and the driver holds one shard's texts
@@ -56,9 +56,9 @@ import ray.data
 from bulk.embed import Job
 from bulk.errors import BulkError
 from bundle import ENCODER_FILE, TOKENIZER_FILE, Manifest
-from service.encoder import OnnxEncoder
-from service.length_batches import DEFAULT_BATCH_TOKENS
-from service.settings import available_cores
+from encoding.cores import available_cores
+from encoding.encoder import OnnxEncoder
+from encoding.length_batches import DEFAULT_BATCH_TOKENS
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """The bundle format shared by the trainer (writer) and the service (reader); see ``format``.
-``writing`` stages, checks and installs a bundle for every writer."""
+``writing`` stages, checks and installs a bundle for every writer; ``objectives`` lists the
+objectives a bundle can be made with."""
 
 from bundle.format import (
     ATTENTION_MASK,
@@ -14,7 +15,6 @@ from bundle.format import (
     INPUT_IDS,
     LABEL_PATH_SEPARATOR,
     MANIFEST_FILE,
-    OBJECTIVES,
     POOLING_MODES,
     PQ_CODEBOOKS_FILE,
     REPORT_JSON_FILE,
@@ -41,22 +41,34 @@ from bundle.format import (
     sha256_file,
     write_manifest,
 )
+from bundle.objectives import (
+    ABLATION_OBJECTIVES,
+    FINETUNE_OBJECTIVES,
+    HEAD_OBJECTIVES,
+    OBJECTIVE_TABLE,
+    OBJECTIVES,
+    Objective,
+)
 from bundle.writing import check_out_dir, install_bundle, staging_dir
 
 __all__ = [
+    "ABLATION_OBJECTIVES",
     "ATTENTION_MASK",
     "COARSE",
     "COARSE_LOGITS",
     "EMBEDDING",
     "ENCODER_FILE",
+    "FINETUNE_OBJECTIVES",
     "FINE",
     "FINE_LOGITS",
     "FORMAT_VERSION",
     "HEADS_FILE",
+    "HEAD_OBJECTIVES",
     "INPUT_IDS",
     "LABEL_PATH_SEPARATOR",
     "MANIFEST_FILE",
     "OBJECTIVES",
+    "OBJECTIVE_TABLE",
     "POOLING_MODES",
     "PQ_CODEBOOKS_FILE",
     "REPORT_JSON_FILE",
@@ -74,6 +86,7 @@ __all__ = [
     "KnnCost",
     "KnnProbe",
     "Manifest",
+    "Objective",
     "PQPart",
     "Quantization",
     "SAEPart",

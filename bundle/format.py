@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from bundle.objectives import OBJECTIVES
+
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
 QUANTIZATION_RUNTIMES = ("onnxruntime", "openvino")
@@ -57,9 +59,6 @@ EMBEDDING = "embedding"
 COARSE_LOGITS = "coarse_logits"
 FINE_LOGITS = "fine_logits"
 
-OBJECTIVES = (
-    "v5", "mrl", "inverted", "no-prefix", "uhmt", "mshc", "sfs", "mic", "mipic", "identity"
-)
 POOLING_MODES = ("mean", "cls")
 COARSE = "coarse"
 FINE = "fine"

@@ -6,7 +6,7 @@ NNCF), which its CPU plugin runs as int8 kernels (AVX512-VNNI, AMX where the CPU
 ONNX Runtime runs the same graph correctly but slower, since it was calibrated and laid out for
 OpenVINO; ``benchmarks/encoder_throughput`` measures both.
 
-:class:`OpenVinoSession` gives the service's encoder (:class:`service.encoder.OnnxEncoder`) and
+:class:`OpenVinoSession` gives the service's encoder (:class:`encoding.encoder.OnnxEncoder`) and
 the trainer's checks (:mod:`training.bundle_embeddings`) what they use of an
 ``onnxruntime.InferenceSession``: ``run(output_names, feeds)`` and ``get_providers()``. One
 compiled model serves every thread; each thread gets its own infer request (a request is not

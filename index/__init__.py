@@ -1,7 +1,9 @@
 """Document store of record (SQLite) and derived FAISS indexes per served resolution.
 
-Numpy, FAISS, SQLite and the standard library only: no HTTP, no torch, no imports from
-``training`` or ``service``. :class:`Collection` is the entry point.
+Numpy, FAISS, SQLite and the standard library only (and the bundle's manifest, which
+:mod:`index.catalog` reads): no HTTP, no torch, no imports from ``training`` or ``service``.
+:class:`Collection` is the entry point; :func:`index.catalog.catalog_for` opens collections in
+the configured backend for the service and ``fractal import``.
 """
 
 from index.collection import Collection, CollectionStats, Hit

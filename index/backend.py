@@ -8,7 +8,7 @@ Two backends implement :class:`IndexBackend`:
 - ``milvus`` (:class:`index.milvus.MilvusCollection`): a Milvus server holds the documents and
   their indexes, so any number of stateless replicas serve one corpus.
 
-The service picks one in a single factory (:func:`service.collection.catalog_for`) and never
+The service picks one in a single factory (:func:`index.catalog.catalog_for`) and never
 branches on the backend anywhere else. A backend that cannot reach its engine raises
 :class:`BackendUnavailable`, which the service answers with 503; one whose disk is full refuses a
 write with :class:`StorageFull` (from :mod:`index.store`, nothing of the write stored), which the

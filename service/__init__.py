@@ -2,7 +2,8 @@
 
 Layers, each talking to the next through small types: ``routes`` (HTTP and schemas, no maths)
 → ``runtime`` (the loaded service and its operations) → ``batching`` (the micro-batching queue)
-→ ``encoder`` (ONNX Runtime) and ``search``/``granularity`` (over :class:`index.Collection`);
+→ the encoder (:mod:`encoding.encoder`, ONNX Runtime) and ``search``/``granularity`` (over
+:class:`index.Collection`, opened by :func:`index.catalog.catalog_for`);
 ``startup`` builds the runtime from the settings and the bundle.
 Never imports torch or ``training``.
 """

@@ -3,7 +3,8 @@ and work nobody waits for any more is dropped.
 
 :class:`AdmissionMiddleware` is a pure ASGI middleware that sits after the API key check and
 before the body is read (:mod:`service.security`). It looks only at the requests that encode
-texts (:func:`encodes`), and for each one does, in order:
+texts (:func:`encodes`: the routes declared so, :mod:`service.route_kinds`), and for each one
+does, in order:
 
 1. **concurrency**: with ``FRACTAL_LIMIT_CONCURRENCY`` set, a request that finds that many
    encoding requests in progress gets 429;
@@ -25,28 +26,24 @@ Refusals are answered in the one error shape and counted in ``fractal_requests_s
 from __future__ import annotations
 
 import asyncio
-import re
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.batching import CALLER, Caller
 from service.errors import Overloaded, error_response
+from service.route_kinds import is_encoding
 from service.runtime import Runtime
 from service.settings import Settings
 
-ENCODING_POSTS = frozenset({"/embed", "/v1/embeddings", "/documents", "/search"})
-COLLECTION_DOCUMENTS = re.compile(r"/collections/[^/]+/documents")
 CONCURRENCY_RETRY_AFTER_S = 1
 
 
 def encodes(scope: Scope) -> bool:
-    """Whether an HTTP request goes to a route that encodes texts: ``POST /embed``,
-    ``/v1/embeddings``, ``/documents`` (of any collection), ``/search``, and ``GET /search``."""
-    path, method = scope["path"], scope["method"]
-    if method == "POST":
-        return path in ENCODING_POSTS or COLLECTION_DOCUMENTS.fullmatch(path) is not None
-    return method == "GET" and path == "/search"
+    """Whether an HTTP request goes to a route declared to encode texts
+    (:func:`service.routes.encodes_texts`): ``POST /embed``, ``/v1/embeddings``, ``/documents``
+    (of any collection), ``/search``, and ``GET /search``."""
+    return is_encoding(scope["method"], scope["path"])
 
 
 class AdmissionMiddleware:

@@ -1,6 +1,6 @@
 """The asynchronous micro-batching queue in front of the encoder.
 
-Requests put their texts (or token ids: :data:`service.encoder.EncoderInput`) in one queue,
+Requests put their texts (or token ids: :data:`encoding.encoder.EncoderInput`) in one queue,
 tokenised, and await a future. A single worker task takes a batch of up to ``max_batch`` texts
 at a time, across requests, once ``max_batch`` texts are queued or the oldest has waited
 ``max_wait`` seconds, and runs the encoder on their token ids in a dedicated thread, so the event
@@ -11,7 +11,7 @@ Which texts make a batch is the ``policy``:
 - ``length`` (default): the oldest queued text, always (so none waits for more batches than
   there are texts ahead of it), and, of the ``window`` oldest, the texts closest to it in token
   count, while the batch stays within ``batch_tokens`` padded tokens
-  (:func:`service.length_batches.nearest_batch`). Short texts are not padded to long ones, and a
+  (:func:`encoding.length_batches.nearest_batch`). Short texts are not padded to long ones, and a
   long text does not make a batch of short ones slow;
 - ``fifo``: the ``max_batch`` oldest texts, whatever their lengths (the encoder still cuts a
   batch over its budget into sub-batches).
@@ -41,10 +41,10 @@ from typing import Literal
 
 import numpy as np
 
-from service.encoder import Encoded, EncoderInput
+from encoding import TokenIds
+from encoding.encoder import Encoded, EncoderInput
+from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, nearest_batch
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
-from service.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, nearest_batch
-from service.limits import TokenIds
 from service.metrics import Metrics
 
 SMOOTHING = 0.2
@@ -120,7 +120,7 @@ class MicroBatcher:
     """Batches texts from concurrent requests into encoder calls; see the module docstring.
 
     ``tokenize`` makes the token ids of a request's inputs (token ids as given) when it is
-    queued (:meth:`service.encoder.OnnxEncoder.token_ids`); ``encode`` gets a batch of them.
+    queued (:meth:`encoding.encoder.OnnxEncoder.token_ids`); ``encode`` gets a batch of them.
     """
 
     def __init__(

@@ -5,7 +5,7 @@ The **default** collection answers every route that names no collection (``/docu
 ``/search``); ``GET /collections`` lists it as ``default``. ``POST /collections`` creates a
 **named** one, every start reopens the existing ones, and ``DELETE /collections/NAME`` closes one
 and removes its data. Where they live is the backend's catalog
-(:func:`service.collection.catalog_for`): folders of ``FRACTAL_INDEX_DIR``, or Milvus
+(:func:`index.catalog.catalog_for`): folders of ``FRACTAL_INDEX_DIR``, or Milvus
 collections shared with every other replica.
 
 A request holds its collection for as long as it uses it (:meth:`HostedCollection.use`); a
@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from bundle import Manifest
 from index import CollectionStats
 from index.backend import CollectionMissing, IndexBackend, StorageFull
+from index.catalog import DEFAULT_NAME, IndexDirError, catalog_for
 from index.kinds import KINDS
-from service.collection import DEFAULT_NAME, IndexDirError, catalog_for, with_kinds
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
@@ -162,9 +162,15 @@ def check_index_kinds(kinds: tuple[str, ...], param: str = "index_kinds") -> Non
         )
 
 
+def with_kinds(settings: Settings, index_kinds: tuple[str, ...]) -> Settings:
+    """The settings with a named collection's index kinds (at every prefix), as its searcher
+    reads them (:func:`index.catalog.with_kinds` is the catalog's side)."""
+    return settings.model_copy(update={"index_kinds": index_kinds, "fine_index_kinds": None})
+
+
 class CollectionSet:
     """The default collection and the named ones, by name, in the backend's catalog
-    (:func:`service.collection.catalog_for`).
+    (:func:`index.catalog.catalog_for`).
 
     With a shared catalog (Milvus), other replicas create and delete collections too: a name
     this replica does not know is looked up in the catalog before it is a 404, listing
@@ -183,7 +189,7 @@ class CollectionSet:
         self._router = router
         self._metrics = metrics
         self._lock = threading.Lock()
-        self._catalog = catalog_for(settings, manifest, self._count_error)
+        self._catalog = catalog_for(settings.catalog_settings, manifest, self._count_error)
         self.default = self._host(DEFAULT_NAME, self._catalog.open_default(), settings)
         self._named: dict[str, HostedCollection] = {}
         self._deleting: set[str] = set()  # being deleted here: never reopened from the catalog

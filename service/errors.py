@@ -131,7 +131,7 @@ class ErrorResponse(BaseModel):
 ERROR_SCHEMA_REF = "#/components/schemas/ErrorResponse"
 
 
-_ERROR_DESCRIPTIONS = {
+ERROR_DESCRIPTIONS = {
     400: "the body cannot be read as JSON text (it is not UTF-8)",
     404: "not found: the message names the document, collection or model",
     409: "conflict: the message names what already exists",
@@ -156,33 +156,9 @@ STORAGE_FULL_MESSAGE = (
 def error_responses(*statuses: int) -> dict[int | str, dict]:
     """The OpenAPI ``responses`` entry of an endpoint that can answer these error statuses."""
     return {
-        status: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
+        status: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
-
-
-UNPARSEABLE_REQUEST = (
-    "the request is not HTTP that the server can parse, or is over its parser's limits (a URL "
-    "of hundreds of kilobytes, say): uvicorn answers in plain text before the API sees it"
-)
-
-
-def document_bad_requests(schema: dict) -> dict:
-    """``schema`` with the 400 of every operation: the HTTP server's plain-text answer to a
-    request it cannot parse, and, for an operation that takes a body, FastAPI's JSON answer to a
-    body it cannot decode, before any validation (a body that is not valid JSON is a 422)."""
-    for operations in schema["paths"].values():
-        for operation in operations.values():
-            descriptions = [UNPARSEABLE_REQUEST]
-            content: dict = {"text/plain": {"schema": {"type": "string"}}}
-            if "requestBody" in operation:
-                descriptions.insert(0, _ERROR_DESCRIPTIONS[400])
-                content["application/json"] = {"schema": {"$ref": ERROR_SCHEMA_REF}}
-            operation["responses"]["400"] = {
-                "description": "; or ".join(descriptions),
-                "content": content,
-            }
-    return schema
 
 
 def error_response(

@@ -39,7 +39,7 @@ import numpy as np
 
 from bundle import COARSE, COARSE_LOGITS, EMBEDDING, FINE, FINE_LOGITS, HEADS_FILE, Manifest
 from bundle.router import ROUTER_FILE, RouterPolicy, load_router, softmax
-from service.encoder import onnx_session
+from encoding.encoder import onnx_session
 
 NO_HEADS = f"the bundle has no {HEADS_FILE}: auto always routes to fine"
 

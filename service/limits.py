@@ -397,8 +397,6 @@ WRONG_INPUT = (
     "must be a string, a list of strings, a list of token ids or a list of lists of token ids "
     "(one kind per request)"
 )
-TokenIds = tuple[int, ...]
-"""One text as the token ids the encoder reads, special tokens included."""
 
 
 def _is_int(value: object) -> bool:

@@ -21,15 +21,16 @@ import numpy as np
 from fastapi import Depends, Request
 
 from bundle import Manifest
+from encoding import TokenIds
+from encoding.encoder import Encoded, OnnxEncoder
 from index import CollectionStats
 from index.backend import BackendUnavailable, DocumentRefused, IndexBackend
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
 from service.collections import CollectionSet, HostedCollection
-from service.encoder import Encoded, OnnxEncoder
 from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
-from service.limits import Limits, Served, TokenIds
+from service.limits import Limits, Served
 from service.metrics import Metrics
 from service.search import Searcher, SearchOutcome, SearchPlan
 from service.settings import Settings

@@ -6,32 +6,33 @@ Two ASGI middlewares, in front of every route, apply in order (the app puts admi
 1. **CORS** (Starlette's ``CORSMiddleware``) with the ``FRACTAL_CORS_ORIGINS`` allow-list, so a
    browser's preflight is answered without a key and a 401 still carries the CORS headers;
 2. **API keys**: when ``FRACTAL_API_KEYS`` lists any, every request needs
-   ``Authorization: Bearer <key>`` (401 otherwise), except ``/health`` and ``/ready`` while
-   ``FRACTAL_PUBLIC_HEALTH`` is true and ``/metrics`` while ``FRACTAL_PUBLIC_METRICS`` is true.
+   ``Authorization: Bearer <key>`` (401 otherwise), except the routes declared public
+   (:func:`service.routes.public_when`, :func:`service.route_kinds.public_paths`) while their
+   setting is true: ``/health`` and ``/ready`` with ``FRACTAL_PUBLIC_HEALTH``, ``/metrics`` with
+   ``FRACTAL_PUBLIC_METRICS``.
    Keys are compared as SHA-256 digests with :func:`hmac.compare_digest`, against every key
    each time, so the time taken says nothing about how much of a key was right;
 3. **body size** (:class:`BodyLimitMiddleware`): a body over ``FRACTAL_MAX_BODY_BYTES`` is
    refused with 413 as soon as its ``Content-Length`` or the bytes received so far exceed the
    limit, before any parsing.
 
-Keys are ``SecretStr`` in the settings and appear in no log and no answer.
+Keys are ``SecretStr`` in the settings and appear in no log and no answer. What these checks
+mean for the OpenAPI document is written by :mod:`service.openapi`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
 
 from fastapi import Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_response
+from service.route_kinds import public_paths
 from service.settings import Settings
 
-HEALTH_PATHS = frozenset({"/health", "/ready"})
-METRICS_PATHS = frozenset({"/metrics"})
 CORS_METHODS = ("GET", "POST", "DELETE")
 CORS_HEADERS = ("authorization", "content-type")
 SCHEME = "apiKey"
@@ -165,45 +166,3 @@ class SecurityMiddleware:
             await response(scope, receive, send)
             return
         await self._stack_for(settings)(scope, receive, send)
-
-
-def _error(description: str) -> dict[str, Any]:
-    schema = {"$ref": "#/components/schemas/ErrorResponse"}
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def public_paths(settings: Settings) -> frozenset[str]:
-    """The paths that answer without a key when keys are set."""
-    return (HEALTH_PATHS if settings.public_health else frozenset()) | (
-        METRICS_PATHS if settings.public_metrics else frozenset()
-    )
-
-
-def document_security(schema: dict[str, Any], settings: Settings | None) -> dict[str, Any]:
-    """``schema`` with what the checks above mean for its operations, as configured: a 413
-    answer on every operation with a body; and, only when API keys are set, the bearer scheme,
-    required by every operation but the public ones (``security: []``), whose 401 answer is
-    documented."""
-    keys = settings is not None and bool(settings.api_keys)
-    public = public_paths(settings) if settings is not None else frozenset()
-    if keys:
-        schema["components"]["securitySchemes"] = {
-            SCHEME: {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "One of FRACTAL_API_KEYS. /health and /ready "
-                "(FRACTAL_PUBLIC_HEALTH) and /metrics (FRACTAL_PUBLIC_METRICS) are open by "
-                "default.",
-            }
-        }
-        schema["security"] = [{SCHEME: []}]
-    for path, operations in schema["paths"].items():
-        for operation in operations.values():
-            responses = operation["responses"]
-            if keys and path in public:
-                operation["security"] = []
-            elif keys:
-                responses["401"] = _error("missing or invalid API key (FRACTAL_API_KEYS)")
-            if "requestBody" in operation:
-                responses["413"] = _error("the body is over FRACTAL_MAX_BODY_BYTES")
-    return schema

@@ -6,7 +6,6 @@ Every field is one variable: ``bundle_dir`` is ``FRACTAL_BUNDLE_DIR``, ``max_k``
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,8 +14,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from redis.connection import parse_url
 
+from encoding.cores import available_cores
+from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW
 from index import HnswParams, PqParams
-from service.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW
+from index.catalog import CatalogSettings, index_layout
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
@@ -338,23 +339,40 @@ class Settings(BaseSettings):
     def index_layout(
         self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
     ) -> dict[int, tuple[str, ...]]:
-        """The index kinds built at each served prefix: ``index_kinds`` at the coarse one and at
-        C2F's shortlist prefix (default: the coarse one), and ``fine_index_kinds`` (default: the
-        same) at the fine one. Where two of them are one prefix, it gets both sets of kinds."""
-        fine = self.index_kinds if self.fine_index_kinds is None else self.fine_index_kinds
-        shortlist_dim = coarse_dim if shortlist_dim is None else shortlist_dim
-        layout: dict[int, tuple[str, ...]] = {}
-        for dim, kinds in (
-            (coarse_dim, self.index_kinds),
-            (shortlist_dim, self.index_kinds),
-            (fine_dim, fine),
-        ):
-            layout[dim] = tuple(dict.fromkeys(layout.get(dim, ()) + kinds))
-        return layout
+        """The index kinds built at each served prefix (:func:`index.catalog.index_layout`)."""
+        return index_layout(
+            self.index_kinds, self.fine_index_kinds, coarse_dim, fine_dim, shortlist_dim
+        )
 
     @property
     def pq(self) -> PqParams:
         return PqParams(m=self.pq_m, nbits=self.pq_nbits)
+
+    @property
+    def catalog_settings(self) -> CatalogSettings:
+        """What opening the collections reads of these settings
+        (:func:`index.catalog.catalog_for`)."""
+        return CatalogSettings(
+            index_backend=self.index_backend,
+            index_dir=self.index_dir,
+            bundle_dir=self.bundle_dir,
+            index_kinds=self.index_kinds,
+            fine_index_kinds=self.fine_index_kinds,
+            hnsw=self.hnsw,
+            pq=self.pq,
+            full_vectors_dtype=self.full_vectors_dtype,
+            store_check=self.store_check,
+            sfs=self.sfs,
+            sfs_fragment_dim=self.sfs_fragment_dim,
+            milvus_uri=self.milvus_uri,
+            milvus_token=self.milvus_token.get_secret_value() if self.milvus_token else None,
+            milvus_prefix=self.milvus_prefix,
+            milvus_timeout_s=self.milvus_timeout_s,
+            milvus_connect_timeout_s=self.milvus_connect_timeout_s,
+            milvus_ann_index=self.milvus_ann_index,
+            milvus_ivf_nlist=self.milvus_ivf_nlist,
+            milvus_ivf_nprobe=self.milvus_ivf_nprobe,
+        )
 
     @property
     def threads(self) -> int:
@@ -365,13 +383,6 @@ class Settings(BaseSettings):
     def faiss_threads(self) -> int:
         """FAISS OpenMP threads in each search thread: the setting, or the cores."""
         return self.search_threads or available_cores()
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def describe_settings_error(error: ValidationError) -> str:

@@ -24,16 +24,17 @@ import faiss
 import onnxruntime as ort
 
 from bundle import BundleError, Manifest, load_bundle
+from encoding.cores import available_cores
+from encoding.encoder import CUDA, OnnxEncoder
+from index.catalog import IndexDirError
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
-from service.collection import IndexDirError
 from service.collections import CollectionSet
-from service.encoder import CUDA, OnnxEncoder
 from service.errors import StartupError
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
 from service.runtime import Runtime
-from service.settings import Settings, available_cores
+from service.settings import Settings
 
 logger = logging.getLogger("service")
 

@@ -13,7 +13,7 @@ import re
 from support.processes import ROOT
 
 PAGE = ROOT / "docs" / "architecture.md"
-PACKAGES = ("bundle", "bulk", "index", "service", "support", "training")
+PACKAGES = ("bundle", "bulk", "encoding", "index", "service", "support", "training")
 """The Python packages whose every module the map names (and their subpackages)."""
 TOP_LEVEL = ("benchmarks/", "docker/", "docker-compose.yml", "docs/", "openapi/", "tests/")
 

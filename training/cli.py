@@ -15,6 +15,9 @@
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/ --ray  # … on Ray Data
     fractal import shards/ --bundle bundles/identity --index-dir fractal-index
 
+The bulk commands (``ingest``, ``embed``, ``import``) are :mod:`bulk.cli`'s: this parser adds
+them, and passes ``fractal ingest --dataset`` the documents of a named dataset.
+
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback. ``fractal ingest
 FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stored the others.
 """
@@ -22,17 +25,17 @@ FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stor
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bundle import MANIFEST_FILE, check_out_dir
+from bulk.cli import add_embed_command, add_import_command, add_ingest_command, name_list
+from bulk.errors import BulkError
+from bundle import ABLATION_OBJECTIVES, FINETUNE_OBJECTIVES, MANIFEST_FILE, check_out_dir
 from training.errors import FractalError, bundle_errors_as_fractal
 from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
 
 DEFAULT_SEEDS = ",".join(map(str, PAPER_SEEDS))
-ABLATIONS = ("inverted", "no-prefix", "uhmt")
 NESTED_DIMS = (16, 32, 64, 128, 256)  # `finetune`: the MIC/MIPIC papers' dims below the full one
 MAX_KNN_COST = 0.5
 """The default bound on a fast twin's k-NN cost, in accuracy points: the encoder benchmark's
@@ -53,10 +56,6 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _name_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data")
     group.add_argument(
@@ -71,11 +70,11 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--label-column", help="generic files: the hierarchical label column")
     group.add_argument(
         "--level-columns",
-        type=_name_list,
+        type=name_list,
         help="generic files: one label column per level, coarse first (a,b)",
     )
     group.add_argument("--label-delimiter", help="generic files: splits a label into levels")
-    group.add_argument("--level-names", type=_name_list, help="generic files: level names (a,b)")
+    group.add_argument("--level-names", type=name_list, help="generic files: level names (a,b)")
     group.add_argument("--test-fraction", type=float, help="generic single file: test share")
     group.add_argument(
         "--encoding", help="generic files: their text encoding, e.g. latin-1 (default: utf-8)"
@@ -234,7 +233,11 @@ def _report(run_dirs: list[Path], out: Path, args: argparse.Namespace, data=None
     results = [RunResult("raw", 0, evaluate_raw(data, prefix_dims))]
     results += [RunResult(run.train.objective, run.train.seed, run.evaluation) for run in runs]
     methods = {run.train.objective for run in runs}
-    pairs = [("v5", other) for other in ("mrl", *ABLATIONS) if "v5" in methods and other in methods]
+    pairs = [
+        ("v5", other)
+        for other in ("mrl", *ABLATION_OBJECTIVES)
+        if "v5" in methods and other in methods
+    ]
     files = write_report(
         results,
         out,
@@ -425,85 +428,16 @@ def _cmd_quantize(args):
     _print_twin("bundle", args.out, manifest, recipe)
 
 
-DATASET_INGEST_OPTIONS = {"split": "--split", "max_texts": "--max-texts"}
-FILE_INGEST_OPTIONS = {
-    "id_column": "--id-column",
-    "text_column": "--text-column",
-    "metadata_columns": "--metadata-columns",
-    "resume": "--resume",
-    "rejects": "--rejects",
-}
-
-
-def _cmd_ingest(args):
-    """Send a corpus FILE, or a dataset split (``--dataset``), to a running service."""
-    if args.corpus is not None and args.dataset is not None:
-        raise FractalError("give a corpus FILE or --dataset, not both")
-    mode, others = (
-        ("--dataset", FILE_INGEST_OPTIONS)
-        if args.corpus is None
-        else ("a corpus FILE", DATASET_INGEST_OPTIONS)
-    )
-    given = [flag for name, flag in others.items() if getattr(args, name) not in (None, False)]
-    if given:
-        raise FractalError(f"{', '.join(given)} cannot be used with {mode}")
-    for name in ("batch_size", "concurrency"):
-        if getattr(args, name) < 1:
-            raise FractalError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.corpus is None:
-        return _ingest_dataset(args)
-    return _ingest_file(args)
-
-
-def _ready_client(args):
-    """A client of the service at ``--url`` once it is ready, whose limit on documents per
-    request ``--batch-size`` respects."""
-    import httpx
-
-    from support.client import FractalClient, RequestRefused
-
-    client = FractalClient(args.url, api_key=args.api_key, collection=args.collection)
-    try:
-        client.wait_ready(args.wait)
-        info = client.info()
-    except TimeoutError:
-        client.close()
-        waited = f"after {args.wait:g} s"
-        raise FractalError(f"no ready Fractal service at {args.url} {waited}") from None
-    except (RequestRefused, httpx.HTTPError) as exc:
-        client.close()
-        raise FractalError(f"cannot read /info of the service at {args.url}: {exc}") from None
-    if args.collection is not None:
-        names = [c["name"] for c in client.request("GET", "/collections").json()["collections"]]
-        if args.collection not in names:
-            client.close()
-            raise FractalError(
-                f"the service at {args.url} has no collection {args.collection!r} (it has "
-                f"{', '.join(names)}): create it with POST /collections"
-            )
-    limit = info["limits"]["max_texts"]
-    if args.batch_size > limit:
-        client.close()
-        raise FractalError(
-            f"--batch-size {args.batch_size} is over the service's limit of {limit} documents "
-            "per request (FRACTAL_MAX_TEXTS)"
-        )
-    return client
-
-
-def _ingest_dataset(args):
-    """Send a dataset split to a running service as documents (a demo corpus)."""
-    from tqdm.auto import tqdm
-
-    from support.client import RequestRefused
+def _dataset_documents(dataset: str, split: str, max_texts: int | None) -> list[dict]:
+    """A dataset split as documents for ``fractal ingest --dataset`` (a demo corpus): ids
+    ``{name}-{split}-{i}``, the texts, and each text's label per level as metadata."""
     from training.data.registry import load_dataset
 
-    dataset, split = args.dataset or "clinc150", args.split or "train"
-    splits = load_dataset(dataset, max_train=args.max_texts, max_test=args.max_texts)
+    splits = load_dataset(dataset, max_train=max_texts, max_test=max_texts)
     part = splits.train if split == "train" else splits.test
     names = splits.hierarchy.label_names
     levels = splits.hierarchy.level_names
-    documents = [
+    return [
         {
             "id": f"{Path(dataset).name}-{split}-{i}",
             "text": part.texts[i],
@@ -511,81 +445,6 @@ def _ingest_dataset(args):
         }
         for i in range(len(part))
     ]
-    with (
-        _ready_client(args) as client,
-        tqdm(total=len(part), desc="ingest", unit="doc", disable=args.no_progress) as bar,
-    ):
-        try:
-            client.add_documents(
-                documents,
-                batch_size=args.batch_size,
-                concurrency=args.concurrency,
-                progress=bar.update,
-            )
-        except RequestRefused as refused:
-            raise FractalError(f"the service refused a batch: {refused}") from None
-    print(f"ingested {len(part)} {split} texts of {dataset} into {args.url}")
-
-
-def _listed(numbers: list[int], most: int = 20) -> str:
-    shown = ", ".join(f"{number:,}" for number in numbers[:most])
-    return shown if len(numbers) <= most else f"{shown} and {len(numbers) - most:,} more"
-
-
-def _ingest_file(args):
-    """A corpus file → the service (:mod:`bulk.ingest`); exit status 1 if a row was rejected."""
-    import json
-
-    import httpx
-    from tqdm.auto import tqdm
-
-    from bulk import BulkError
-    from bulk.corpus import Columns, place, row_unit
-    from bulk.ingest import IngestOptions, ingest_corpus, open_corpus
-    from support.client import RequestRefused
-
-    columns = Columns(args.id_column or "id", args.text_column or "text", args.metadata_columns)
-    options = IngestOptions(
-        columns, args.batch_size, args.concurrency, args.resume, not args.no_progress
-    )
-    try:
-        rows = open_corpus(args.corpus, columns)
-        rejects = args.rejects.open("w", encoding="utf-8") if args.rejects else None
-    except BulkError as exc:
-        raise FractalError(str(exc)) from None
-    except OSError as exc:
-        raise FractalError(f"--rejects {args.rejects}: cannot write it ({exc})") from None
-    unit = row_unit(args.corpus)
-
-    def report(rejection) -> None:
-        tqdm.write(f"{place(args.corpus, rejection.row)}: {rejection.reason}", file=sys.stderr)
-        if rejects is not None:
-            entry = {unit: rejection.row, "id": rejection.id, "reason": rejection.reason}
-            rejects.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            rejects.flush()
-
-    try:
-        with _ready_client(args) as client:
-            summary = ingest_corpus(args.corpus, rows, client, options, report)
-    except BulkError as exc:
-        raise FractalError(str(exc)) from None
-    except (RequestRefused, httpx.HTTPError) as exc:
-        raise FractalError(
-            f"{exc}; what was acknowledged is stored: rerun with --resume to send the rest"
-        ) from None
-    finally:
-        if rejects is not None:
-            rejects.close()
-    parts = [f"stored {summary.stored:,}"]
-    if args.resume:
-        parts.append(f"skipped {summary.skipped:,} already stored")
-    rejected = [rejection.row for rejection in summary.rejected]
-    parts.append(f"rejected {len(rejected):,}")
-    line = ", ".join(parts)
-    if rejected:
-        line += f": {summary.unit}{'s' if len(rejected) > 1 else ''} {_listed(rejected)}"
-    print(line)
-    return 1 if rejected else 0
 
 
 def _cmd_mshc(args):
@@ -677,89 +536,6 @@ def _cmd_finetune(args):
     print(f"bundle: {bundle}")
 
 
-def _require_pyarrow() -> None:
-    """``fractal embed`` and ``fractal import`` read and write Parquet: the ``bulk`` extra."""
-    try:
-        import pyarrow  # noqa: F401
-    except ModuleNotFoundError:
-        raise FractalError(
-            "fractal embed and fractal import need pyarrow: pip install 'fractal[bulk]'"
-        ) from None
-
-
-def _require_ray() -> None:
-    """``fractal embed --ray`` encodes on Ray Data: the ``scale`` extra."""
-    try:
-        import ray.data  # noqa: F401
-    except ImportError:
-        raise FractalError("--ray needs Ray Data: pip install 'fractal[scale]'") from None
-
-
-def _cmd_embed(args):
-    """A corpus → Parquet shards of full vectors (:mod:`bulk.embed`; on Ray with ``--ray``,
-    :mod:`bulk.ray_embed`)."""
-    _require_pyarrow()
-    if args.ray is not None:
-        _require_ray()
-    from functools import partial
-
-    from bulk import BulkError
-    from bulk.corpus import Columns
-    from bulk.embed import EmbedOptions, embed_corpus
-
-    given = {
-        "workers": args.workers,
-        "shard_size": args.shard_size,
-        "batch_tokens": args.batch_tokens,
-    }
-    options = EmbedOptions(
-        dtype=args.dtype,
-        columns=Columns(args.id_column, args.text_column, args.metadata_columns),
-        progress=not args.no_progress,
-        **{name: value for name, value in given.items() if value is not None},
-    )
-    encoders = None
-    if args.ray is not None:
-        from bulk.ray_embed import RayEncoders
-
-        encoders = partial(
-            RayEncoders,
-            address=args.ray,
-            actors=options.workers,
-            batch_tokens=options.batch_tokens,
-        )
-    try:
-        summary = embed_corpus(args.corpus, args.bundle, args.out, options, encoders)
-    except BulkError as exc:
-        raise FractalError(str(exc)) from None
-    print(
-        f"embedded {summary.rows} documents into {len(summary.shards)} shards in {args.out} "
-        f"({summary.skipped} already done and skipped, {summary.redone} redone)"
-    )
-
-
-def _cmd_import(args):
-    """Parquet shards → the collection in an index dir, without re-encoding (:mod:`bulk`)."""
-    _require_pyarrow()
-    from bulk import BulkError
-    from bulk.importer import import_shards
-
-    def done(shard) -> None:
-        rate = shard.documents / max(shard.seconds, 1e-9)
-        print(
-            f"{shard.path}: imported {shard.documents} documents "
-            f"({shard.seconds:.2f} s, {rate:.0f}/s)",
-            flush=True,
-        )
-
-    try:
-        imported = import_shards(args.shards, args.bundle, args.index_dir, done)
-    except BulkError as exc:
-        raise FractalError(str(exc)) from None
-    total = sum(shard.documents for shard in imported)
-    print(f"imported {total} documents from {len(imported)} shards into {args.index_dir}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fractal", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -770,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(run)
     run.add_argument(
         "--objectives",
-        type=_name_list,
+        type=name_list,
         default=["v5", "mrl"],
         help=f"comma-separated, first one is exported ({', '.join(HEAD_OBJECTIVES)})",
     )
@@ -818,7 +594,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_options(tune)
     _add_encoder_options(tune)
-    tune.add_argument("--objective", required=True, help="mrl, mic, mipic or sfs")
+    tune.add_argument(
+        "--objective",
+        required=True,
+        help=", ".join(FINETUNE_OBJECTIVES[:-1]) + " or " + FINETUNE_OBJECTIVES[-1],
+    )
     tune.add_argument("--dim", type=int, default=384, help="output dimension (≤ hidden size)")
     tune.add_argument("--prefix-dims", type=_int_list, help="nested dims (default: 16,…,384)")
     tune.add_argument("--fragment-dim", type=int, help="sfs: fragment size, a divisor of --dim")
@@ -842,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--without",
-        type=_name_list,
+        type=name_list,
         metavar="A,B",
         help="ablation: leave components out (mic: scr,sir; mipic: sia,pic)",
     )
@@ -864,44 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     quantize.set_defaults(handler=_cmd_quantize)
 
-    ingest = commands.add_parser(
-        "ingest", help="send a corpus file (JSONL, CSV/TSV, Parquet) or a dataset to a service"
-    )
-    ingest.add_argument(
-        "corpus", type=Path, nargs="?", help="a .jsonl, .csv, .tsv or .parquet file (or --dataset)"
-    )
-    ingest.add_argument("--url", default="http://127.0.0.1:8000")
-    ingest.add_argument(
-        "--collection", help="a named collection of the service (default: the default one)"
-    )
-    ingest.add_argument(
-        "--api-key",
-        default=os.environ.get("FRACTAL_API_KEY"),
-        help="the service's API key (default: $FRACTAL_API_KEY)",
-    )
-    ingest.add_argument("--batch-size", type=int, default=128, help="documents per request")
-    ingest.add_argument("--concurrency", type=int, default=1, help="requests in flight")
-    ingest.add_argument("--wait", type=float, default=120, help="seconds to wait for /ready")
-    ingest.add_argument("--no-progress", action="store_true")
-    corpus = ingest.add_argument_group("a corpus FILE")
-    corpus.add_argument("--id-column", help="default: id")
-    corpus.add_argument("--text-column", help="default: text")
-    corpus.add_argument(
-        "--metadata-columns",
-        type=_name_list,
-        help="a,b (default: every other column; a column named metadata holds an object)",
-    )
-    corpus.add_argument(
-        "--resume", action="store_true", help="skip the ids the service already stores"
-    )
-    corpus.add_argument(
-        "--rejects", type=Path, help="also write the rejected rows to this file, as JSONL"
-    )
-    dataset = ingest.add_argument_group("a dataset (a demo corpus)")
-    dataset.add_argument("--dataset", help="clinc150, banking77, … (the default without FILE)")
-    dataset.add_argument("--split", choices=("train", "test"), help="default: train")
-    dataset.add_argument("--max-texts", type=int, help="subsample the split (default: all)")
-    ingest.set_defaults(handler=_cmd_ingest)
+    add_ingest_command(commands, _dataset_documents)
 
     mshc = commands.add_parser(
         "mshc", help="MSHC: train MRL → VQ → PQ → SAE → KD, evaluate, export a bundle"
@@ -924,43 +667,8 @@ def build_parser() -> argparse.ArgumentParser:
     mshc.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     mshc.set_defaults(handler=_cmd_mshc)
 
-    embed = commands.add_parser(
-        "embed", help="embed a corpus (JSONL, CSV/TSV, Parquet, .txt lines) into Parquet shards"
-    )
-    embed.add_argument("corpus", type=Path)
-    embed.add_argument("--bundle", type=Path, required=True, help="the bundle to embed with")
-    embed.add_argument("--out", type=Path, required=True, help="folder for the shards")
-    embed.add_argument("--dtype", choices=("float16", "float32"), default="float16")
-    embed.add_argument(
-        "--workers",
-        type=int,
-        help="encoder processes, or Ray actors (default: one per core, or per CPU of the cluster)",
-    )
-    embed.add_argument("--shard-size", type=int, help="documents per shard (default: 50000)")
-    embed.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default: 2048)")
-    embed.add_argument("--id-column", help="default: id if present, else the row number")
-    embed.add_argument("--text-column", default="text")
-    embed.add_argument(
-        "--metadata-columns", type=_name_list, help="a,b (default: every other column)"
-    )
-    embed.add_argument(
-        "--ray",
-        nargs="?",
-        const="local",
-        metavar="ADDRESS",
-        help="encode with Ray Data actors: on a new local cluster, or on the cluster at ADDRESS "
-        "(host:port, ray://host:10001, auto); needs the scale extra",
-    )
-    embed.add_argument("--no-progress", action="store_true")
-    embed.set_defaults(handler=_cmd_embed)
-
-    bulk_import = commands.add_parser(
-        "import", help="add shards from `fractal embed` to an index dir, without re-encoding"
-    )
-    bulk_import.add_argument("shards", type=Path, help="a shard folder or one shard file")
-    bulk_import.add_argument("--bundle", type=Path, required=True, help="the bundle served")
-    bulk_import.add_argument("--index-dir", type=Path, required=True, help="FRACTAL_INDEX_DIR")
-    bulk_import.set_defaults(handler=_cmd_import)
+    add_embed_command(commands)
+    add_import_command(commands)
     return parser
 
 
@@ -969,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status = args.handler(args)
-    except FractalError as exc:
+    except (FractalError, BulkError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

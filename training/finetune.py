@@ -34,11 +34,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from bundle.objectives import FINETUNE_OBJECTIVES
 from training.errors import FractalError
 from training.finetune_checkpoint import FinetuneCheckpoint
 from training.frozen_encoder import FrozenEncoder
 from training.head import FractalHead
-from training.objectives import mic, mipic
+from training.objectives import FINETUNE_LOSSES
 from training.objectives.matryoshka_contrastive import MatryoshkaContrastiveLoss
 from training.objectives.mic import MICLoss
 from training.objectives.mipic import MIPICLoss
@@ -47,8 +48,7 @@ from training.objectives.simcse import TASK_LOSSES
 from training.objectives.tensors import TokenStates
 from training.token_encoder import CachedTokenStates, TokenEncoder
 
-FINETUNE_OBJECTIVES = ("mrl", "mic", "mipic", "sfs")
-ABLATABLE = {"mic": mic.COMPONENTS, "mipic": mipic.COMPONENTS}
+ABLATABLE = {name: loss.components for name, loss in FINETUNE_LOSSES.items() if loss.components}
 """The components an ablation (``without``) may leave out, per objective."""
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).
 MIC_PAPER_LAYERS_6L = (2, 4)
@@ -138,7 +138,7 @@ class FinetuneResult:
 
 
 def needs_token_states(objective: str) -> bool:
-    return objective in ("mic", "mipic")
+    return FINETUNE_LOSSES[objective].reads_token_states
 
 
 def align_layers(model: TokenEncoder) -> list[int]:

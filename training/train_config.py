@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from bundle.objectives import HEAD_OBJECTIVES
 from training.errors import FractalError
 
-HEAD_OBJECTIVES = ("v5", "mrl", "inverted", "no-prefix", "uhmt")
-"""The objectives a head on frozen features trains with: the names of
-:data:`training.objectives.OBJECTIVES`."""
 PAPER_SEEDS = (42, 123, 456, 789, 1024)
 
 

@@ -2,7 +2,7 @@
 folder and the runtime that runs it.
 
 A variant folder holds ``encoder.onnx`` (the variant graph) and a link to the bundle's
-``tokenizer.json``, so the service's own :class:`service.encoder.OnnxEncoder` reads it exactly as
+``tokenizer.json``, so the service's own :class:`encoding.encoder.OnnxEncoder` reads it exactly as
 it reads a bundle (with the variant's runtime and precision). The bundle itself is never written
 to. The variants:
 

@@ -73,14 +73,14 @@ def _label_ids(names: list[str]) -> dict[str, int]:
 def bundle_embeddings(bundle_dir: Path, texts: list[str], progress: bool) -> RealEmbeddings:
     """``texts`` embedded by the bundle's ONNX encoder (full, unnormalised vectors), on every
     available core, in batches of similar token counts
-    (:func:`service.length_batches.token_batches`)."""
+    (:func:`encoding.length_batches.token_batches`)."""
     from tokenizers import Tokenizer
     from tqdm.auto import tqdm
 
     from bundle import TOKENIZER_FILE, load_bundle
-    from service.encoder import OnnxEncoder
-    from service.length_batches import DEFAULT_BATCH_TOKENS, token_batches
-    from service.settings import available_cores
+    from encoding.cores import available_cores
+    from encoding.encoder import OnnxEncoder
+    from encoding.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 
     manifest = load_bundle(bundle_dir)
     encoder = OnnxEncoder(bundle_dir, manifest, threads=available_cores())

@@ -49,7 +49,7 @@ from benchmarks.harness.runner import (
 from benchmarks.harness.search_data import real_sentences
 from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from support.client import FractalClient
 from support.metrics import Samples, metric_samples, metric_total
 from support.processes import ServiceProcess, start_service
@@ -256,7 +256,7 @@ def served_corpus(
 def encoder_rate(
     settings: ServedSettings, threads: int, texts: Sequence[str], batch_size: int, seconds: float
 ) -> float:
-    """Texts a second of the service's encoder (:class:`service.encoder.OnnxEncoder`) on
+    """Texts a second of the service's encoder (:class:`encoding.encoder.OnnxEncoder`) on
     ``settings.bundle`` in this process, on ``threads`` threads (and the service's CPU when
     ``settings.pin``), encoding ``texts`` in batches of ``batch_size`` for about ``seconds``
     (after one untimed batch): the ceiling of an embedding request's rate."""

@@ -1,4 +1,10 @@
-"""HTTP routes, one module per resource, each with the pydantic schemas it uses."""
+"""HTTP routes, one module per resource, each with the pydantic schemas it uses; and what a route
+is, declared on its endpoint where it is registered (:func:`encodes_texts`, :func:`public_when`)
+and read by the middlewares through :mod:`service.route_kinds`."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -11,3 +17,43 @@ class FromAttributes(BaseModel):
     """A response model built from an object's attributes: ``Model.model_validate(obj)``."""
 
     model_config = ConfigDict(from_attributes=True)
+
+
+PublicSetting = Literal["public_health", "public_metrics"]
+
+
+@dataclass(frozen=True)
+class RouteKind:
+    """What a route is; the default is a route that encodes nothing and needs an API key."""
+
+    encodes: bool = False
+    """It encodes texts: admission control (:mod:`service.admission`) sheds it when the encoder
+    queue cannot serve it in time."""
+    public_when: PublicSetting | None = None
+    """The setting that, while true, opens it without an API key (:mod:`service.security`)."""
+
+
+Endpoint = TypeVar("Endpoint", bound=Callable)
+_KIND = "route_kind"
+
+
+def encodes_texts(endpoint: Endpoint) -> Endpoint:
+    """Declare a route that encodes texts; put it under the route's ``@router`` decorator."""
+    setattr(endpoint, _KIND, replace(route_kind(endpoint), encodes=True))
+    return endpoint
+
+
+def public_when(setting: PublicSetting) -> Callable[[Endpoint], Endpoint]:
+    """Declare a route open without an API key while ``setting`` is true; put it under the
+    route's ``@router`` decorator."""
+
+    def declare(endpoint: Endpoint) -> Endpoint:
+        setattr(endpoint, _KIND, replace(route_kind(endpoint), public_when=setting))
+        return endpoint
+
+    return declare
+
+
+def route_kind(endpoint: Callable) -> RouteKind:
+    """What ``endpoint``'s route was declared to be (the default kind when it was not)."""
+    return getattr(endpoint, _KIND, RouteKind())

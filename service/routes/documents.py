@@ -20,7 +20,7 @@ from service.limits import (
     Text,
 )
 from service.metrics import label_request
-from service.routes import JSON_BODY
+from service.routes import JSON_BODY, encodes_texts
 from service.runtime import RuntimeDep
 
 
@@ -150,6 +150,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
     @router.post(
         "/documents", responses={**stored, **error_responses(404, 422, 429, 503, 504, 507)}
     )
+    @encodes_texts
     async def add_documents(
         body: AddDocumentsRequest, runtime: RuntimeDep, request: Request, collection: Collection
     ) -> AddDocumentsResponse:

@@ -11,7 +11,7 @@ from service.embedding import prefix_vectors, resolve_dims
 from service.errors import error_responses
 from service.limits import JsonInt, PrefixDims, TextList
 from service.metrics import label_request
-from service.routes import JSON_BODY
+from service.routes import JSON_BODY, encodes_texts
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["embeddings"])
@@ -63,6 +63,7 @@ class EmbedResponse(BaseModel):
 
 
 @router.post("/embed", responses=error_responses(422, 429, 503, 504))
+@encodes_texts
 async def embed(body: EmbedRequest, runtime: RuntimeDep, request: Request) -> EmbedResponse:
     """Embed texts at one or several prefix dimensions."""
     dims = resolve_dims(runtime.manifest, body.dims, body.granularity)

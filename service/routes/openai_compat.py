@@ -20,6 +20,7 @@ from service.embedding import base64_float32, prefix_vectors, resolve_dims
 from service.errors import ModelNotFound, error_responses
 from service.limits import JsonInt, OpenAIInput, PrefixDims, ServedModel
 from service.metrics import label_request
+from service.routes import encodes_texts
 from service.routes.embed import Usage
 from service.runtime import RuntimeDep
 
@@ -61,6 +62,7 @@ class EmbeddingsResponse(BaseModel):
 
 
 @router.post("/v1/embeddings", responses=error_responses(404, 422, 429, 503, 504))
+@encodes_texts
 async def create_embeddings(
     body: EmbeddingsRequest, runtime: RuntimeDep, request: Request
 ) -> EmbeddingsResponse:

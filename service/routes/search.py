@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from index.filters import json_schemas
 from service.errors import error_responses
 from service.limits import (
     BuiltIndex,
@@ -20,7 +19,7 @@ from service.limits import (
     TopK,
 )
 from service.metrics import label_request
-from service.routes import JSON_BODY, FromAttributes
+from service.routes import JSON_BODY, FromAttributes, encodes_texts
 from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
 
@@ -255,6 +254,7 @@ async def _run(
 
 
 @router.get("/search", responses=error_responses(404, 422, 429, 503, 504))
+@encodes_texts
 async def search(
     params: Annotated[SearchQuery, Query()], runtime: RuntimeDep, request: Request
 ) -> SearchResponse:
@@ -266,26 +266,10 @@ async def search(
 
 
 @router.post("/search", responses=error_responses(404, 422, 429, 503, 504))
+@encodes_texts
 async def search_batch(
     body: SearchBatch, runtime: RuntimeDep, request: Request
 ) -> BatchSearchResponse:
     """Search the documents with several queries sharing the same options."""
     results, timings = await _run(runtime, request, body.queries, body)
     return BatchSearchResponse(results=results, timings_ms=timings)
-
-
-def document_filters(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with the filter grammar (:func:`index.filters.json_schemas`) as components,
-    referred to by ``POST /search``'s ``filter`` and, as JSON content, by ``GET /search``'s
-    ``filter`` query parameter."""
-    schema.setdefault("components", {}).setdefault("schemas", {}).update(
-        json_schemas(FILTER_SCHEMA_REF.removesuffix("MetadataFilter"))
-    )
-    for parameter in schema["paths"]["/search"]["get"].get("parameters", []):
-        if parameter["name"] == "filter":
-            description = parameter.get("description") or parameter["schema"].get("description")
-            parameter.pop("schema")
-            parameter["content"] = {"application/json": {"schema": {"$ref": FILTER_SCHEMA_REF}}}
-            if description:
-                parameter["description"] = description
-    return schema

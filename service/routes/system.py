@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from service.errors import NotReady, error_responses
-from service.routes import FromAttributes
+from service.routes import FromAttributes, public_when
 from service.runtime import RuntimeDep
 
 router = APIRouter(tags=["system"])
@@ -96,12 +96,14 @@ class Info(FromAttributes):
 
 
 @router.get("/health")
+@public_when("public_health")
 async def health() -> Status:
     """The process is alive (says nothing about the bundle or index)."""
     return Status(status="ok")
 
 
 @router.get("/ready", responses=error_responses(503))
+@public_when("public_health")
 async def ready(runtime: RuntimeDep) -> Status:
     """The bundle and the index are loaded, the encoder queue runs, and the index backend
     answers (Milvus: checked at most once a second)."""
@@ -122,6 +124,7 @@ async def info(runtime: RuntimeDep) -> Info:
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
 )
+@public_when("public_metrics")
 async def metrics(request: Request) -> Response:
     """Prometheus metrics (text exposition format)."""
     runtime = request.app.state.runtime

@@ -9,7 +9,7 @@ import numpy as np
 
 from benchmarks.harness.served_runtime import ServedRuntime
 from bundle import load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from tests.service.helpers import make_settings
 
 TEXTS = ["hello", "what is my balance", "a somewhat longer text than the others", "ok"] * 20

@@ -3,6 +3,8 @@ bundle's encoder gives, resuming, and bad input (one ``error:`` line, exit statu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +15,10 @@ import pytest
 from bulk.embed import RUN_FILE
 from bulk.shards import read_shard, shard_name
 from bundle import load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from tests.bulk.helpers import TEXTS, assert_one_error, run_cli, write_jsonl
+
+REPOSITORY = Path(__file__).parents[2]
 
 
 def _embed(capsys, corpus: Path, bundle: Path, out: Path, *options: object):
@@ -149,3 +153,25 @@ def test_an_unreadable_corpus_and_bad_options_end_with_one_error_line(
     status, _, err = _embed(capsys, corpus, tiny_bundle_dir, tmp_path / "out", "--shard-size", 0)
     assert_one_error(status, err, "--shard-size must be at least 1")
 
+
+
+def test_embed_loads_neither_the_http_stack_nor_redis(
+    tiny_bundle_dir: Path, tmp_path: Path
+) -> None:
+    """``fractal embed`` runs the encoder without the service: after a whole run through
+    ``fractal``'s entry point, in a fresh process, no FastAPI, Starlette, Redis or ``service``
+    module is loaded."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": text} for text in TEXTS[:3]])
+    argv = ["embed", str(corpus), "--bundle", str(tiny_bundle_dir), "--out", str(tmp_path / "out"),
+            "--workers", "1", "--no-progress"]  # fmt: skip
+    code = (
+        "import sys; from training.cli import main; status = main(" + repr(argv) + "); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} "
+        "& {'fastapi', 'starlette', 'redis', 'service'})); sys.exit(status)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "embedded 3 documents into 1 shards" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"

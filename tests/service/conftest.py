@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bundle import load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from service.settings import Settings
 from tests.service.helpers import make_settings
 

@@ -8,9 +8,9 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from encoding import TokenIds
+from encoding.encoder import Encoded, OnnxEncoder
 from service.batching import MicroBatcher
-from service.encoder import Encoded, OnnxEncoder
-from service.limits import TokenIds
 from service.metrics import Metrics
 
 WAIT_S = 30.0

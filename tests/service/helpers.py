@@ -10,9 +10,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from index.catalog import COLLECTIONS_DIR, milvus_collection_name
 from index.milvus import MilvusConnection, id_of
 from service.app import create_app
-from service.collection import COLLECTIONS_DIR, milvus_collection_name
 from service.runtime import Runtime
 from service.settings import Settings
 from support.client import FractalClient

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
+from encoding.encoder import OnnxEncoder
 from service.admission import encodes
 from service.app import create_app
-from service.encoder import OnnxEncoder
 from service.runtime import Runtime
 from service.startup import load_runtime
 from tests.service.gated import WAIT_S, GatedEncoder, gated_batcher, until

@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from encoding import TokenIds
+from encoding.encoder import Encoded, EncoderInput, OnnxEncoder
+from encoding.length_batches import padded_tokens
 from service.app import create_app
 from service.batching import (
     CALLER,
@@ -24,10 +27,7 @@ from service.batching import (
     Caller,
     MicroBatcher,
 )
-from service.encoder import Encoded, EncoderInput, OnnxEncoder
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
-from service.length_batches import padded_tokens
-from service.limits import TokenIds
 from service.metrics import Metrics
 from service.settings import Settings, describe_settings_error
 from service.startup import load_runtime

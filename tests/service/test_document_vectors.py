@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bundle import Manifest, load_bundle
-from service.encoder import OnnxEncoder
+from encoding.encoder import OnnxEncoder
 from service.settings import Settings
 from tests.service.helpers import make_settings, serve
 

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from bundle import CosineToFP32, Quantization, load_bundle, write_manifest
-from service.encoder import CPU, CUDA, OnnxEncoder
+from encoding.encoder import CPU, CUDA, OnnxEncoder
 from service.errors import StartupError
 from service.settings import Settings, describe_settings_error
 from service.startup import cpu_recipe_on_gpu, cuda_not_loaded, load_runtime

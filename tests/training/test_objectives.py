@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from bundle.objectives import FINETUNE_OBJECTIVES
+from training.finetune import ABLATABLE
 from training.head import FractalHead
-from training.objectives import OBJECTIVES
+from training.objectives import FINETUNE_LOSSES, OBJECTIVES
 from training.objectives.base import FineSpread, interpolated_schedule, supervised_contrastive
 from training.objectives.inverted import inverted_schedule
 from training.objectives.mrl import mrl_schedule
@@ -21,6 +23,13 @@ from training.train_config import HEAD_OBJECTIVES
 
 def test_the_torch_free_objective_names_are_the_losses_names() -> None:
     assert tuple(OBJECTIVES) == HEAD_OBJECTIVES
+
+
+def test_the_finetune_losses_are_the_tables_finetune_objectives() -> None:
+    assert tuple(FINETUNE_LOSSES) == FINETUNE_OBJECTIVES
+    assert ABLATABLE == {"mic": ("scr", "sir"), "mipic": ("sia", "pic")}
+    reading_states = {name for name, loss in FINETUNE_LOSSES.items() if loss.reads_token_states}
+    assert reading_states == {"mic", "mipic"}
 
 
 def test_v5_schedule_is_the_papers_alphas_for_two_levels() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from bundle import CosineToFP32, Quantization, load_bundle
 from bundle.openvino_session import PROVIDER
-from service import encoder as encoder_module
-from service.encoder import EncoderRuntimeError, OnnxEncoder, chosen_runtime
+from encoding import encoder as encoder_module
+from encoding.encoder import EncoderRuntimeError, OnnxEncoder, chosen_runtime
 
 TEXTS = ["book a table for two", "what is my balance", "a", "play some jazz music please"]
 

@@ -8,8 +8,9 @@ text longer than the budget is a batch of its own.
 
 Two ways to group, one rule for the budget:
 
-- :func:`token_batches`: a set of texts all at hand (one :meth:`service.encoder.OnnxEncoder.encode`
-  call, a shard of ``fractal embed``): sorted by length, cut into consecutive batches;
+- :func:`token_batches`: a set of texts all at hand (one
+  :meth:`encoding.encoder.OnnxEncoder.encode` call, a shard of ``fractal embed``): sorted by
+  length, cut into consecutive batches;
 - :func:`nearest_batch`: the next batch of a queue (:class:`service.batching.MicroBatcher`):
   its oldest text, so that none waits forever, and the texts of a window at the head of the
   queue closest in length to that one.

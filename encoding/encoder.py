@@ -5,10 +5,13 @@ An input is a text, which the tokenizer file turns into token ids (truncated at 
 tokens, special tokens added), or token ids already made that way (the OpenAI API's token-array
 input, or texts the encoder queue tokenised when it queued them), which are the sequence as given.
 One call is run in sub-batches of similar length, each at most a budget of padded tokens
-(:func:`service.length_batches.token_batches`), each padded on the right to its own longest
+(:func:`encoding.length_batches.token_batches`), each padded on the right to its own longest
 sequence, with an attention mask over the real tokens; the rows come back in the caller's order.
 The graph returns the full, unnormalised embedding; slicing and normalising prefixes is the
-caller's business (:mod:`service.embedding`).
+caller's business (:mod:`service.embedding`; ``fractal embed`` stores the full vectors).
+
+The service's encoder queue and ``fractal embed``'s workers both run this class, which is why it
+lives in :mod:`encoding` and not in ``service/`` (no FastAPI, Starlette or Redis on the way).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from tokenizers import Tokenizer
 
 from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER_FILE, Manifest
 from bundle.openvino_session import OpenVinoSession, openvino_installed
-from service.length_batches import DEFAULT_BATCH_TOKENS, token_batches
-from service.limits import TokenIds
+from encoding import TokenIds
+from encoding.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

@@ -1,6 +1,5 @@
-"""The service's collections in their index backend, opened the one way both the service and
-``fractal import`` open them: :func:`catalog_for` is the one place that looks at
-``FRACTAL_INDEX_BACKEND``.
+"""Collections in their index backend, opened the one way both the service and ``fractal
+import`` open them: :func:`catalog_for` is the one place that looks at ``FRACTAL_INDEX_BACKEND``.
 
 - ``embedded`` (:class:`EmbeddedCatalog`): the default collection is ``FRACTAL_INDEX_DIR``
   itself (an :class:`index.Collection`), a named one ``FRACTAL_INDEX_DIR/collections/NAME/``
@@ -13,25 +12,31 @@
 
 Either way a collection gets the same index layout: the coarse prefix, C2F's shortlist prefix
 (the bundle's measured one, :attr:`bundle.Manifest.shortlist_dim`) and the fine one
-(:meth:`Settings.index_layout`). Free of FastAPI (and of torch), so that the bulk importer
-(:mod:`bulk.importer`) builds the very collection the service will serve. Problems opening one
-raise :class:`IndexDirError` with one line; the service reports it as its start-up error.
+(:func:`index_layout`). The factory lives in ``index/``, beside the backends it picks, and takes
+:class:`CatalogSettings`, the part of the service's settings it reads
+(:attr:`service.settings.Settings.catalog_settings`), so that neither the service nor the bulk
+importer (:mod:`bulk.importer`) holds it, and both build the very same collection. Problems
+opening one raise :class:`IndexDirError` with one line; the service reports it as its start-up
+error, ``fractal import`` as its ``error:`` line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from bundle import Manifest
-from index import Collection
 from index.backend import BackendUnavailable, CollectionMissing, IndexBackend, StorageFull
+from index.collection import Collection
+from index.kinds import HnswParams, PqParams
 from index.milvus import (
     MilvusCollection,
     MilvusConnection,
@@ -40,7 +45,6 @@ from index.milvus import (
     stored_record,
 )
 from index.store import is_disk_full
-from service.settings import Settings
 
 BUNDLE_RECORD = "bundle.json"
 DEFAULT_NAME = "default"
@@ -50,6 +54,63 @@ RECORD_FILE = "collection.json"
 
 class IndexDirError(Exception):
     """The index dir or the bundle's index parts cannot be used; the message is one line."""
+
+
+def index_layout(
+    index_kinds: tuple[str, ...],
+    fine_index_kinds: tuple[str, ...] | None,
+    coarse_dim: int,
+    fine_dim: int,
+    shortlist_dim: int | None = None,
+) -> dict[int, tuple[str, ...]]:
+    """The index kinds built at each served prefix: ``index_kinds`` at the coarse one and at
+    C2F's shortlist prefix (default: the coarse one), and ``fine_index_kinds`` (default: the
+    same) at the fine one. Where two of them are one prefix, it gets both sets of kinds."""
+    fine = index_kinds if fine_index_kinds is None else fine_index_kinds
+    shortlist_dim = coarse_dim if shortlist_dim is None else shortlist_dim
+    layout: dict[int, tuple[str, ...]] = {}
+    for dim, kinds in (
+        (coarse_dim, index_kinds),
+        (shortlist_dim, index_kinds),
+        (fine_dim, fine),
+    ):
+        layout[dim] = tuple(dict.fromkeys(layout.get(dim, ()) + kinds))
+    return layout
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """What opening collections reads of the service's settings: each field is the
+    ``FRACTAL_*`` variable of the same name, already checked (the service's settings make one,
+    :attr:`service.settings.Settings.catalog_settings`)."""
+
+    index_backend: str
+    index_dir: Path
+    bundle_dir: Path
+    index_kinds: tuple[str, ...]
+    fine_index_kinds: tuple[str, ...] | None
+    hnsw: HnswParams
+    pq: PqParams
+    full_vectors_dtype: str
+    store_check: str
+    sfs: bool
+    sfs_fragment_dim: int
+    milvus_uri: str
+    milvus_token: str | None = field(repr=False)
+    milvus_prefix: str
+    milvus_timeout_s: float
+    milvus_connect_timeout_s: float
+    milvus_ann_index: str
+    milvus_ivf_nlist: int
+    milvus_ivf_nprobe: int
+
+    def index_layout(
+        self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
+    ) -> dict[int, tuple[str, ...]]:
+        """:func:`index_layout` with these settings' kinds."""
+        return index_layout(
+            self.index_kinds, self.fine_index_kinds, coarse_dim, fine_dim, shortlist_dim
+        )
 
 
 def check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
@@ -77,7 +138,7 @@ def check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
     record_path.write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
 
 
-def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.ndarray]:
+def bundle_pq_codebooks(settings: CatalogSettings, manifest: Manifest) -> dict[int, np.ndarray]:
     """The bundle's PQ centroids by prefix dimension (MSHC), when the service builds PQ indexes.
 
     The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
@@ -98,7 +159,7 @@ def bundle_pq_codebooks(settings: Settings, manifest: Manifest) -> dict[int, np.
     return {spec.dim: codebooks}
 
 
-def _layout(settings: Settings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
+def _layout(settings: CatalogSettings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
     return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim)
 
 
@@ -106,15 +167,15 @@ def _prefix_dims(manifest: Manifest) -> list[int]:
     return sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim})
 
 
-def _fragment_dim(settings: Settings, manifest: Manifest) -> int | None:
+def _fragment_dim(settings: CatalogSettings, manifest: Manifest) -> int | None:
     if manifest.fragment_dim is None and settings.sfs:
         return settings.sfs_fragment_dim
     return manifest.fragment_dim
 
 
-def with_kinds(settings: Settings, index_kinds: tuple[str, ...]) -> Settings:
+def with_kinds(settings: CatalogSettings, index_kinds: tuple[str, ...]) -> CatalogSettings:
     """The settings with a named collection's index kinds (at every prefix)."""
-    return settings.model_copy(update={"index_kinds": index_kinds, "fine_index_kinds": None})
+    return dataclasses.replace(settings, index_kinds=index_kinds, fine_index_kinds=None)
 
 
 class Catalog(Protocol):
@@ -154,7 +215,7 @@ class EmbeddedCatalog:
 
     shared = False
 
-    def __init__(self, settings: Settings, manifest: Manifest) -> None:
+    def __init__(self, settings: CatalogSettings, manifest: Manifest) -> None:
         self._settings = settings
         self._manifest = manifest
 
@@ -162,7 +223,7 @@ class EmbeddedCatalog:
     def _root(self) -> Path:
         return self._settings.index_dir / COLLECTIONS_DIR
 
-    def _open_dir(self, settings: Settings) -> Collection:
+    def _open_dir(self, settings: CatalogSettings) -> Collection:
         manifest = self._manifest
         try:
             settings.index_dir.mkdir(parents=True, exist_ok=True)
@@ -183,9 +244,9 @@ class EmbeddedCatalog:
         except (OSError, ValueError) as exc:
             raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
 
-    def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> Settings:
-        return with_kinds(self._settings, index_kinds).model_copy(
-            update={"index_dir": self._root / name}
+    def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> CatalogSettings:
+        return dataclasses.replace(
+            with_kinds(self._settings, index_kinds), index_dir=self._root / name
         )
 
     def open_default(self) -> Collection:
@@ -262,15 +323,14 @@ class MilvusCatalog:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: CatalogSettings,
         manifest: Manifest,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._manifest = manifest
-        token = settings.milvus_token.get_secret_value() if settings.milvus_token else None
         self.connection = MilvusConnection(
-            settings.milvus_uri, token, settings.milvus_timeout_s, on_error
+            settings.milvus_uri, settings.milvus_token, settings.milvus_timeout_s, on_error
         )
         self._params = MilvusParams(
             ann_index=settings.milvus_ann_index,
@@ -295,7 +355,7 @@ class MilvusCatalog:
     def milvus_name(self, name: str | None) -> str:
         return milvus_collection_name(self._settings.milvus_prefix, name)
 
-    def _open(self, name: str | None, settings: Settings, create: bool) -> MilvusCollection:
+    def _open(self, name: str | None, settings: CatalogSettings, create: bool) -> MilvusCollection:
         manifest = self._manifest
         record = {
             "name": name or DEFAULT_NAME,
@@ -360,7 +420,7 @@ class MilvusCatalog:
 
 
 def catalog_for(
-    settings: Settings, manifest: Manifest, on_error: Callable[[str], None] | None = None
+    settings: CatalogSettings, manifest: Manifest, on_error: Callable[[str], None] | None = None
 ) -> Catalog:
     """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls."""
     if settings.index_backend == "embedded":

@@ -1,4 +1,4 @@
-"""Batches by token count (:mod:`service.length_batches`), and the encoder cutting one call into
+"""Batches by token count (:mod:`encoding.length_batches`), and the encoder cutting one call into
 sub-batches by its token budget with the vectors of the uncut call."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bundle import load_bundle
-from service.encoder import OnnxEncoder
-from service.length_batches import nearest_batch, padded_tokens, token_batches
+from encoding.encoder import OnnxEncoder
+from encoding.length_batches import nearest_batch, padded_tokens, token_batches
 
 
 def test_token_batches_sort_by_length_within_the_budget() -> None:
