@@ -31,7 +31,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from bundle.objectives import OBJECTIVES
 
@@ -127,6 +130,7 @@ def label_paths(
     ):
         if level == 0 and ids:
             raise ValueError(f"level {level_name!r} is the first level and cannot have parents")
+        level_paths: tuple[tuple[str, ...], ...]
         if ids is None or level == 0:
             level_paths = tuple((name,) for name in names)
         else:
@@ -310,7 +314,7 @@ class Quantization:
         return cls(**data)
 
 
-def _record_json(record: object) -> dict[str, Any]:
+def _record_json(record: DataclassInstance) -> dict[str, Any]:
     """A record's JSON object: its fields by name, tuples as lists."""
     return {
         name: list(value) if isinstance(value, tuple) else value
