@@ -377,11 +377,11 @@ class Route:
             factor = self.shortlist // K
             return lambda queries: collection.search_c2f(
                 queries, K, self.dim, factor, "hnsw", ef_search=ef_search
-            )
+            ).hits
         condition = where if self.filtered else None
         return lambda queries: collection.search(
             queries, K, self.dim, "hnsw", ef_search=ef_search, where=condition
-        )
+        ).hits
 
 
 def routes(settings: Settings, manifest: Manifest, factor: int) -> list[Route]:
@@ -552,7 +552,7 @@ def _import_embedded(
     ingest["documents_per_s"] = len(documents) / ingest["total_s"]
     stats = collection.stats()
     ingest["ingest_seconds"] = stats.ingest_seconds
-    ingest["index_bytes"] = {name: entry["bytes"] for name, entry in stats.indexes.items()}
+    ingest["index_bytes"] = {name: entry.bytes for name, entry in stats.indexes.items()}
     ingest["disk_bytes"] = _folder_bytes(work / "embedded")
     ingest["settings"] = {key: str(value) for key, value in chosen.items()}
     progress(f"embedded: ingest {ingest['documents_per_s']:,.0f} documents/s")

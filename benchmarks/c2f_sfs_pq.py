@@ -167,7 +167,7 @@ def collection_entries(collection: Collection, settings: Settings) -> list[Entry
                     Entry(
                         {"search": "plain", "scoring": scoring, "kind": kind, "dim": dim}
                         | ({"ef_search": ef} if kind == "hnsw" else {}),
-                        lambda q, d=dim, k=kind, s=scoring: collection.search(q, K, d, k, s),
+                        lambda q, d=dim, k=kind, s=scoring: collection.search(q, K, d, k, s).hits,
                         f"{scoring}-{dim}",
                     )
                 )
@@ -180,7 +180,7 @@ def collection_entries(collection: Collection, settings: Settings) -> list[Entry
                 "dim": full,
                 "pq_m": settings.pq.m,
             },
-            lambda q: collection.search(q, K, full, "pq"),
+            lambda q: collection.search(q, K, full, "pq").hits,
             f"cosine-{full}",
         )
     )
@@ -204,7 +204,7 @@ def collection_entries(collection: Collection, settings: Settings) -> list[Entry
         entries.append(
             Entry(
                 info,
-                lambda q, k=kind, d=dim, f=factor: collection.search_c2f(q, K, d, f, k),
+                lambda q, k=kind, d=dim, f=factor: collection.search_c2f(q, K, d, f, k).hits,
                 f"cosine-{full}",
             )
         )
@@ -306,9 +306,7 @@ def run_dataset(
         "name": name,
         "n": len(base),
         "collection_build_s": collection_build_s,
-        "collection_index_bytes": {
-            index: info["bytes"] for index, info in stats.indexes.items()
-        },
+        "collection_index_bytes": {index: info.bytes for index, info in stats.indexes.items()},
         "raw_sizes": sizes,
         "rows": rows,
         "query_mapping_p50_us": {name: latency.p50_us for name, latency in mapping.items()},

@@ -283,38 +283,32 @@ def _search(collection: Collection, config: Config, query: np.ndarray, settings:
     """Run one query; its rows (row ids), index seconds, call seconds and filter report."""
     collection.filters = FORCED.get(config.mode, FilterParams())
     where = None if config.selectivity == UNFILTERED else bucket_filter(config.selectivity)
-    timings: dict[str, float] = {}
-    filtering: dict = {}
     started = time.perf_counter()
     if config.route == "c2f":
-        hits = collection.search_c2f(
+        result = collection.search_c2f(
             query,
             K,
             settings.coarse_dim,
             settings.factor,
             config.kind,
-            timings,
-            config.ef_search,
+            ef_search=config.ef_search,
             where=where,
-            filtering=filtering,
         )
     else:
         dim = settings.dim if config.route == "fine" else settings.coarse_dim
         scoring = "sfs" if config.route == "sfs" else "cosine"
-        hits = collection.search(
+        result = collection.search(
             query,
             K,
             dim,
             config.kind,
             scoring,
-            config.ef_search,
+            ef_search=config.ef_search,
             where=where,
-            filtering=filtering,
-            timings=timings,
         )
     called = time.perf_counter() - started
-    rows = np.array([int(hit.id) + 1 for hit in hits[0]], dtype=np.int64)  # id i is row i + 1
-    return rows, sum(timings.values()), called, filtering
+    rows = np.array([int(hit.id) + 1 for hit in result.hits[0]], dtype=np.int64)  # row id + 1
+    return rows, sum(result.timings.values()), called, dict(result.filtering or {})
 
 
 def _measure(

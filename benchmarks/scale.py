@@ -34,7 +34,7 @@ Per N and route: import rate (vectors/s before the graph build) and each graph's
 anonymous RSS per document of the layout a route needs (``RssAnon`` of a fresh process that opens
 the folder with that one graph, the others left on disk, then runs the queries, minus its
 ``RssAnon`` before opening; the coarse route and C2F from 64-d share the 64-d layout), beside the
-graph's size by FAISS's accounting (``stats().indexes[...]["bytes"]``); bytes on disk per
+graph's size by FAISS's accounting (``stats().indexes[...].bytes``); bytes on disk per
 document, restart time (that open); p50/p99 single-query index time (1 thread, round-robin over
 every route and setting); recall@10 against exact search (C2F and HNSW-256 against exact 256-d,
 coarse against exact 64-d); and task quality: same-domain precision@10 for coarse, same-intent
@@ -605,7 +605,7 @@ def import_and_build(
         "collection_coarse_layout_s": import_s + coarse_graph["build"] + coarse_graph["snapshot"],
         "collection_total_s": import_s
         + sum(graph["build"] + graph["snapshot"] for graph in graph_seconds.values()),
-        "collection_indexes": stats.indexes,
+        "collection_indexes": {name: index.as_dict() for name, index in stats.indexes.items()},
         "build_recovery": stats.recovery,
     }
     return timings, labels, {dim: topk.ids for dim, topk in truth.items()}
@@ -648,20 +648,17 @@ def sweeps(
             spent = index_seconds.setdefault(name, [])
 
             def search(query: np.ndarray) -> list[list[Hit]]:
-                timings: dict[str, float] = {}
-                hits = collection.search_c2f(
-                    query, K, dim, factor, kind="hnsw", timings=timings, ef_search=ef
-                )
+                result = collection.search_c2f(query, K, dim, factor, kind="hnsw", ef_search=ef)
                 if len(query) == 1:
-                    spent.append(sum(timings[step] for step in steps))
-                return hits
+                    spent.append(sum(result.timings[step] for step in steps))
+                return result.hits
 
             return search
 
         for ef in settings.ef_values:
             search: Search = lambda query, ef=ef: collection.search(  # noqa: E731
                 query, K, settings.coarse_dim, kind="hnsw", ef_search=ef
-            )
+            ).hits
             cases[f"coarse/{ef}"] = Case(search, full_queries)
             name = f"coarse-index/{ef}"
             cases[name] = Case(c2f(name, settings.coarse_dim, 1, ef, ("shortlist",)), full_queries)

@@ -6,8 +6,18 @@ Numpy, FAISS, SQLite and the standard library only (and the bundle's manifest, w
 the configured backend for the service and ``fractal import``.
 """
 
-from index.collection import Collection, CollectionStats, Hit
+from index.collection import Collection
 from index.kinds import HnswParams, PqParams
 from index.store import Document
+from index.types import CollectionStats, Hit, IndexStats, SearchResult
 
-__all__ = ["Collection", "CollectionStats", "Document", "Hit", "HnswParams", "PqParams"]
+__all__ = [
+    "Collection",
+    "CollectionStats",
+    "Document",
+    "Hit",
+    "HnswParams",
+    "IndexStats",
+    "PqParams",
+    "SearchResult",
+]

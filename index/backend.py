@@ -13,6 +13,10 @@ branches on the backend anywhere else. A backend that cannot reach its engine ra
 :class:`BackendUnavailable`, which the service answers with 503; one whose disk is full refuses a
 write with :class:`StorageFull` (from :mod:`index.store`, nothing of the write stored), which the
 service answers with 507.
+
+What the methods answer with is in :mod:`index.types`: a search returns a
+:class:`~index.types.SearchResult` (hits, timings, the filter report), ``stats`` a
+:class:`~index.types.CollectionStats` whose indexes are :class:`~index.types.IndexStats`.
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from typing import Protocol
 
 import numpy as np
 
-from index.collection import CollectionStats, Hit
 from index.filters import Filter
 from index.store import Contents
 from index.store import StorageFull as StorageFull  # re-exported: a backend's errors are here
+from index.types import CollectionStats, SearchResult
 
 
 class BackendUnavailable(RuntimeError):
@@ -88,13 +92,12 @@ class IndexBackend(Protocol):
         dim: int,
         kind: str = "exact",
         scoring: str = "cosine",
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-        timings: dict[str, float] | None = None,
-    ) -> list[list[Hit]]:
-        """The ``k`` best documents per query at the ``dim`` prefix (see
-        :meth:`index.Collection.search`)."""
+    ) -> SearchResult:
+        """The ``k`` best documents per query at the ``dim`` prefix, with the seconds spent and
+        how a filter was applied (see :meth:`index.Collection.search`)."""
         ...
 
     def search_c2f(
@@ -104,13 +107,13 @@ class IndexBackend(Protocol):
         shortlist_dim: int,
         factor: int = 4,
         kind: str = "exact",
-        timings: dict[str, float] | None = None,
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-    ) -> list[list[Hit]]:
+    ) -> SearchResult:
         """Coarse-to-fine: a ``k × factor`` shortlist at ``shortlist_dim``, re-ranked exactly by
-        full-dimension cosine (see :meth:`index.Collection.search_c2f`)."""
+        full-dimension cosine with :func:`index.rerank.rerank` (see
+        :meth:`index.Collection.search_c2f`)."""
         ...
 
     def stats(self) -> CollectionStats:

@@ -31,10 +31,11 @@ search on every route, so that ``k`` hits come back whenever ``k`` documents mat
   ones (**scan**). A query that still finds fewer than ``k`` matching rows is answered by the
   exact subset. C2F shortlists ``k × factor`` matching rows this way and re-ranks only them.
 
-``filtering=`` receives how a search was filtered: ``mode`` (``exact_subset``, ``selector`` or
-``scan``), ``matching`` (rows the filter matched), ``resolve_seconds``, and for the index paths
-``ef_search`` (HNSW) and ``fallback`` (the positions of the queries the exact subset answered
-instead).
+A search returns a :class:`~index.types.SearchResult`: the hits, the seconds of each step, and
+for a filtered search how the filter was applied (:class:`~index.types.Filtering`): ``mode``
+(``exact_subset``, ``selector`` or ``scan``), ``matching`` (rows the filter matched),
+``resolve_seconds``, and for the index paths ``ef_search`` (HNSW) and ``fallback`` (the
+positions of the queries the exact subset answered instead).
 """
 
 from __future__ import annotations
@@ -62,9 +63,11 @@ from index.kinds import (
     read_index,
 )
 from index.locking import ReadWriteLock
+from index.rerank import rerank
 from index.rowset import RowSet
 from index.snapshot import load_snapshot, write_snapshot
 from index.store import ChangeSet, Contents, Document, Store
+from index.types import CollectionStats, Filtering, Hit, IndexStats, SearchResult, Timings
 from index.vector_file import VectorFile
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
@@ -112,14 +115,6 @@ class FilterParams:
 
 
 @dataclass(frozen=True)
-class Hit:
-    """One search result: a document id and its score (cosine or mean fragment cosine)."""
-
-    id: str
-    score: float
-
-
-@dataclass(frozen=True)
 class IndexSpec:
     """Which index: scoring (``cosine`` or ``sfs``), prefix dimension and kind."""
 
@@ -130,28 +125,6 @@ class IndexSpec:
     @property
     def name(self) -> str:
         return f"{self.scoring}-{self.dim}-{self.kind}"
-
-
-@dataclass(frozen=True)
-class CollectionStats:
-    """A collection's documents and indexes at one moment (:meth:`Collection.stats`)."""
-
-    documents: int
-    dim: int
-    prefix_dims: list[int]
-    fragment_dim: int | None
-    change_counter: int | None
-    """The store change the indexes reflect; None while a write is updating them."""
-    indexes: dict[str, dict]
-    """By index name: its scoring and its kind's own figures (``VectorIndex.stats``)."""
-    recovery: dict
-    """How opening went: the snapshot used, indexes loaded, changes caught up, indexes rebuilt,
-    and whether the full vectors' file was mapped or rebuilt."""
-    full_vectors: dict
-    """The full vectors' file: dtype, name and bytes on disk (:meth:`VectorFile.stats`)."""
-    ingest_seconds: dict[str, float]
-    """Time spent by upserts since opening: committing to the store, writing the full vectors,
-    and adding to (and rebuilding) the indexes, i.e. the graph build."""
 
 
 def check_layout(
@@ -519,12 +492,11 @@ class Collection:
         with self._filter_cache_lock:
             self._filter_cache.clear()
 
-    def _resolve(self, where: Filter, filtering: dict | None) -> RowSet:
+    def _resolve(self, where: Filter, filtering: Filtering) -> RowSet:
         started = time.perf_counter()
         allowed = self.rows_matching(where)
-        if filtering is not None:
-            filtering["resolve_seconds"] = time.perf_counter() - started
-            filtering["matching"] = len(allowed)
+        filtering["resolve_seconds"] = time.perf_counter() - started
+        filtering["matching"] = len(allowed)
         return allowed
 
     def _exact_subset(
@@ -562,7 +534,7 @@ class Collection:
         k: int,
         allowed: RowSet,
         ef_search: int | None,
-        filtering: dict | None,
+        filtering: Filtering,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Search ``spec``'s index for ``queries`` (in its space) among ``allowed``: the exact
         subset when few rows match, else the index with a selector, falling back to the exact
@@ -570,7 +542,7 @@ class Collection:
         index = self._indexes[spec.name]
         space = (spec.scoring, spec.dim)
         documents = max(self._count, 1)
-        report: dict = {"matching": len(allowed)}
+        report: Filtering = {"matching": len(allowed)}
         if len(allowed) <= self.filters.exact_subset_rows(documents):
             report["mode"] = "exact_subset"
             scores, rows = self._exact_subset(queries, k, allowed.rows, space)
@@ -587,8 +559,7 @@ class Collection:
                 scores[short], rows[short] = self._exact_subset(
                     queries[short], k, allowed.rows, space
                 )
-        if filtering is not None:
-            filtering.update(report)
+        filtering.update(report)
         return scores, rows
 
     def search(
@@ -598,38 +569,41 @@ class Collection:
         dim: int,
         kind: str = "exact",
         scoring: str = "cosine",
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-        timings: dict[str, float] | None = None,
-    ) -> list[list[Hit]]:
+    ) -> SearchResult:
         """The ``k`` best documents for each query, best first, from one index.
 
         Queries may be full vectors or already cut to ``dim``; either way they are cut and
         normalised here. Scores are cosines of the ``dim`` prefixes, or with ``scoring="sfs"``
         mean fragment cosines. ``ef_search`` overrides the HNSW beam width for this search.
-        ``where`` keeps only documents whose metadata match it (see the module docstring);
-        ``filtering``, when given, receives how it was applied. When ``timings`` is given, the
-        seconds of the index work (listing a filter's rows and reading the hits' ids aside) are
-        added to its ``"search"`` entry.
+        ``where`` keeps only documents whose metadata match it (see the module docstring); the
+        result's ``filtering`` says how it was applied. Its ``timings["search"]`` is the seconds
+        of the index work (listing a filter's rows and reading the hits' ids aside).
         """
         spec = self._spec(scoring, dim, kind)
         k = check_count(k, "k")
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         mapped = self._map(scoring, dim, queries)
-        allowed = None if where is None else self._resolve(where, filtering)
+        timings: Timings = {}
+        filtering: Filtering | None = None
+        allowed: RowSet | None = None
+        if where is not None:
+            filtering = {}
+            allowed = self._resolve(where, filtering)
         with self._lock.read():
             k = min(k, max(self._count, 1))  # FAISS allocates n * k results
             started = time.perf_counter()
             if allowed is None:
                 scores, rows = self._indexes[spec.name].search(mapped, k, ef_search)
             elif not len(allowed):
-                return [[] for _ in mapped]
+                return SearchResult([[] for _ in mapped], timings, filtering)
             else:
+                assert filtering is not None
                 scores, rows = self._filtered(spec, mapped, k, allowed, ef_search, filtering)
-            if timings is not None:
-                timings["search"] = timings.get("search", 0.0) + time.perf_counter() - started
-            return self._hits(scores, rows)
+            timings["search"] = time.perf_counter() - started
+            return SearchResult(self._hits(scores, rows), timings, filtering)
 
     def search_c2f(
         self,
@@ -638,59 +612,62 @@ class Collection:
         shortlist_dim: int,
         factor: int = 4,
         kind: str = "exact",
-        timings: dict[str, float] | None = None,
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-    ) -> list[list[Hit]]:
+    ) -> SearchResult:
         """Coarse-to-fine: shortlist ``k * factor`` by cosine at the ``shortlist_dim`` prefix
-        with its ``kind`` index, then re-rank the shortlist exactly by full-dimension cosine and
-        keep ``k``. The prefix needs an index of that kind (:class:`ValueError` otherwise); at
-        the full dimension itself this is plain search there with exact scores.
+        with its ``kind`` index, then re-rank the shortlist exactly by full-dimension cosine
+        (:func:`index.rerank.rerank`) and keep ``k``. The prefix needs an index of that kind
+        (:class:`ValueError` otherwise); at the full dimension itself this is plain search there
+        with exact scores.
 
-        When ``timings`` is given, the seconds spent in each step are added to its
-        ``"shortlist"`` and ``"rerank"`` entries. ``ef_search`` overrides the HNSW beam width of
-        the shortlist search (at least the shortlist's size is sensible). With ``where``, the
-        shortlist holds only matching documents (and so does the re-rank); when few match,
-        they are all scored at the full dimension, with no shortlist."""
+        The result's ``timings`` holds the seconds of the ``"shortlist"`` and ``"rerank"``
+        steps. ``ef_search`` overrides the HNSW beam width of the shortlist search (at least the
+        shortlist's size is sensible). With ``where``, the shortlist holds only matching
+        documents (and so does the re-rank); when few match, they are all scored at the full
+        dimension, with no shortlist (only ``"rerank"`` is timed)."""
         spec = self._spec("cosine", shortlist_dim, kind)
         k = check_count(k, "k")
         shortlist = k * check_count(factor, "factor")
         queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
         prefix = prefix_unit(queries, shortlist_dim)
         full = unit_rows(queries)
-        allowed = None if where is None else self._resolve(where, filtering)
-        best_scores = np.full((len(full), k), -np.inf, dtype=np.float32)
-        best_rows = np.full((len(full), k), -1, dtype=np.int64)
+        timings: Timings = {}
+        filtering: Filtering | None = None
+        allowed: RowSet | None = None
+        if where is not None:
+            filtering = {}
+            allowed = self._resolve(where, filtering)
         with self._lock.read():
             if allowed is not None and not len(allowed):
-                return [[] for _ in full]
+                return SearchResult([[] for _ in full], timings, filtering)
             shortlist = min(shortlist, max(self._count, 1))
             started = time.perf_counter()
             if allowed is None:
                 _, candidates = self._indexes[spec.name].search(prefix, shortlist, ef_search)
             elif len(allowed) <= self.filters.exact_subset_rows(max(self._count, 1)):
                 # Few matches: score them all at the full dimension; nothing to re-rank.
+                assert filtering is not None
                 best_scores, best_rows = self._exact_subset(full, k, allowed.rows, None)
-                if filtering is not None:
-                    filtering.update(mode="exact_subset", matching=len(allowed))
-                if timings is not None:
-                    timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - started
-                return self._hits(best_scores, best_rows)
+                filtering.update({"mode": "exact_subset", "matching": len(allowed)})
+                timings["rerank"] = time.perf_counter() - started
+                return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
             else:
+                assert filtering is not None
                 _, candidates = self._filtered(
                     spec, prefix, shortlist, allowed, ef_search, filtering
                 )
             shortlisted = time.perf_counter()
-            for i, (query, rows) in enumerate(zip(full, candidates, strict=True)):
-                rows = rows[rows >= 0]
-                scores = self._vectors.gather(rows) @ query
-                best = np.argsort(-scores, kind="stable")[:k]
-                best_scores[i, : len(best)], best_rows[i, : len(best)] = scores[best], rows[best]
-            if timings is not None:
-                timings["shortlist"] = timings.get("shortlist", 0.0) + shortlisted - started
-                timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - shortlisted
-            return self._hits(best_scores, best_rows)
+            kept = [rows[rows >= 0] for rows in candidates]
+            best_scores, positions = rerank(full, (self._vectors.gather(r) for r in kept), k)
+            best_rows = np.full(positions.shape, -1, dtype=np.int64)
+            for i, (rows, best) in enumerate(zip(kept, positions, strict=True)):
+                found = best >= 0
+                best_rows[i, found] = rows[best[found]]
+            timings["shortlist"] = shortlisted - started
+            timings["rerank"] = time.perf_counter() - shortlisted
+            return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
 
     def stats(self) -> CollectionStats:
         """Document count, change counter, per-index sizes and state, and how opening went."""
@@ -702,7 +679,7 @@ class Collection:
                 fragment_dim=self.fragment_dim,
                 change_counter=self._applied,
                 indexes={
-                    name: {"scoring": spec.scoring, **self._indexes[name].stats()}
+                    name: IndexStats.of(spec.scoring, self._indexes[name].stats())
                     for name, spec in self._specs.items()
                 },
                 recovery=self._recovery,

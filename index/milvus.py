@@ -51,12 +51,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from index.backend import BackendUnavailable, CollectionMissing, DocumentRefused
-from index.collection import CollectionStats, Hit, check_count, check_layout, checked_documents
+from index.collection import check_count, check_layout, checked_documents
 from index.filters import Filter
 from index.fragments import check_fragment_dim, in_space
 from index.kinds import KINDS, HnswParams, PqParams
 from index.milvus_filters import UnfilterableMetadata, expression, filterable
+from index.rerank import rerank
 from index.store import Contents
+from index.types import CollectionStats, Filtering, Hit, IndexStats, SearchResult, Timings
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
 if TYPE_CHECKING:
@@ -531,14 +533,11 @@ class MilvusCollection:
         k: int,
         ef_search: int | None,
         where: Filter | None,
-        filtering: dict | None,
         fields: Sequence[str] = (),
     ) -> list[list[Any]]:
         """One search of ``vector``'s field for ``queries`` (already in its space): per query,
         Milvus's hits, each with its key, its distance and ``fields``."""
         condition = "" if where is None else expression(where, FILTERABLE)
-        if filtering is not None and where is not None:
-            filtering.update(mode="milvus", matching=None)
         return self._call(
             "search",
             lambda c: c.search(
@@ -553,17 +552,11 @@ class MilvusCollection:
             ),
         )
 
-    def _search(
-        self,
-        vector: VectorField,
-        queries: np.ndarray,
-        k: int,
-        ef_search: int | None,
-        where: Filter | None,
-        filtering: dict | None,
-    ) -> list[list[Hit]]:
-        rows = self._search_rows(vector, queries, k, ef_search, where, filtering)
-        return [[Hit(id_of(hit[KEY]), float(hit["distance"])) for hit in row] for row in rows]
+    @staticmethod
+    def _filtering(where: Filter | None) -> Filtering | None:
+        """A filtered search's report: Milvus applies the filter and does not say how many
+        documents it matched."""
+        return None if where is None else {"mode": "milvus", "matching": None}
 
     def search(
         self,
@@ -572,28 +565,22 @@ class MilvusCollection:
         dim: int,
         kind: str = "exact",
         scoring: str = "cosine",
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-        timings: dict[str, float] | None = None,
-    ) -> list[list[Hit]]:
+    ) -> SearchResult:
         """The ``k`` best documents per query from one field (see
         :meth:`index.Collection.search`; a filtered search's ``filtering`` says ``milvus``)."""
         vector = self._field(scoring, dim, kind)
         k = check_count(k, "k")
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         started = time.perf_counter()
-        hits = self._search(
-            vector,
-            in_space(scoring, dim, queries, self.fragment_dim),
-            k,
-            ef_search,
-            where,
-            filtering,
+        rows = self._search_rows(
+            vector, in_space(scoring, dim, queries, self.fragment_dim), k, ef_search, where
         )
-        if timings is not None:
-            timings["search"] = timings.get("search", 0.0) + time.perf_counter() - started
-        return hits
+        hits = [[Hit(id_of(hit[KEY]), float(hit["distance"])) for hit in row] for row in rows]
+        timings: Timings = {"search": time.perf_counter() - started}
+        return SearchResult(hits, timings, self._filtering(where))
 
     def search_c2f(
         self,
@@ -602,13 +589,12 @@ class MilvusCollection:
         shortlist_dim: int,
         factor: int = 4,
         kind: str = "exact",
-        timings: dict[str, float] | None = None,
+        *,
         ef_search: int | None = None,
         where: Filter | None = None,
-        filtering: dict | None = None,
-    ) -> list[list[Hit]]:
+    ) -> SearchResult:
         """Coarse-to-fine: ``k × factor`` from the shortlist prefix's field (filtered there),
-        returned with their ``full`` vectors, re-ranked exactly."""
+        returned with their ``full`` vectors, re-ranked exactly (:func:`index.rerank.rerank`)."""
         vector = self._field("cosine", shortlist_dim, kind)
         k = check_count(k, "k")
         shortlist_k = k * check_count(factor, "factor")
@@ -624,24 +610,29 @@ class MilvusCollection:
                 shortlist_k,
                 ef_search,
                 where,
-                filtering,
                 [FULL],
             )
         shortlisted = time.perf_counter()
-        full = unit_rows(queries)
-        ranked: list[list[Hit]] = []
-        for query, row in zip(full, shortlists, strict=True):
-            if not row:
-                ranked.append([])
-                continue
-            matrix = np.array([hit[FULL] for hit in row], dtype=np.float32)
-            scores = matrix @ query
-            best = np.argsort(-scores, kind="stable")[:k]
-            ranked.append([Hit(id_of(row[i][KEY]), float(scores[i])) for i in best])
-        if timings is not None:
-            timings["shortlist"] = timings.get("shortlist", 0.0) + shortlisted - started
-            timings["rerank"] = timings.get("rerank", 0.0) + time.perf_counter() - shortlisted
-        return ranked
+        scores, positions = rerank(
+            unit_rows(queries),
+            (np.array([hit[FULL] for hit in row], dtype=np.float32) for row in shortlists),
+            k,
+        )
+        ranked = [
+            [
+                Hit(id_of(row[position][KEY]), float(score))
+                for score, position in zip(query_scores, query_positions, strict=True)
+                if position >= 0
+            ]
+            for row, query_scores, query_positions in zip(
+                shortlists, scores, positions, strict=True
+            )
+        ]
+        timings: Timings = {
+            "shortlist": shortlisted - started,
+            "rerank": time.perf_counter() - shortlisted,
+        }
+        return SearchResult(ranked, timings, self._filtering(where))
 
     def stats(self) -> CollectionStats:
         """Documents (Milvus's row count) and, per vector field, its index type and the bytes of
@@ -651,16 +642,15 @@ class MilvusCollection:
         indexes = {}
         for vector in self._fields():
             index_type, _ = self.params.index(vector.kind, vector.dim)
-            indexes[f"{vector.scoring}-{vector.dim}-{vector.kind}"] = {
-                "scoring": vector.scoring,
-                "dim": vector.dim,
-                "kind": vector.kind,
-                "vectors": documents,
-                "bytes": documents * vector.dim * 4,
-                "bytes_per_vector": vector.dim * 4,
-                "milvus_field": vector.name,
-                "milvus_index": index_type,
-            }
+            indexes[f"{vector.scoring}-{vector.dim}-{vector.kind}"] = IndexStats(
+                scoring=vector.scoring,
+                dim=vector.dim,
+                kind=vector.kind,
+                vectors=documents,
+                bytes=documents * vector.dim * 4,
+                bytes_per_vector=vector.dim * 4,
+                details={"milvus_field": vector.name, "milvus_index": index_type},
+            )
         return CollectionStats(
             documents=documents,
             dim=self.dim,

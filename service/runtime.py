@@ -23,7 +23,7 @@ from fastapi import Depends, Request
 from bundle import Manifest
 from encoding import TokenIds
 from encoding.encoder import Encoded, OnnxEncoder
-from index import CollectionStats
+from index import CollectionStats, IndexStats
 from index.backend import BackendUnavailable, DocumentRefused, IndexBackend
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
@@ -81,16 +81,16 @@ class IndexSize:
     codebooks: str | None
 
     @classmethod
-    def of(cls, stats: dict[str, Any]) -> IndexSize:
+    def of(cls, stats: IndexStats) -> IndexSize:
         """From one entry of :attr:`index.CollectionStats.indexes`."""
         return cls(
-            scoring=stats["scoring"],
-            dimension=stats["dim"],
-            kind=stats["kind"],
-            vectors=stats["vectors"],
-            bytes=stats["bytes"],
-            bytes_per_vector=stats["bytes_per_vector"],
-            codebooks=stats.get("codebooks"),
+            scoring=stats.scoring,
+            dimension=stats.dim,
+            kind=stats.kind,
+            vectors=stats.vectors,
+            bytes=stats.bytes,
+            bytes_per_vector=stats.bytes_per_vector,
+            codebooks=stats.codebooks,
         )
 
 

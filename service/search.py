@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from bundle import COARSE, FINE, Manifest
-from index import Hit
+from index import Hit, SearchResult
 from index.backend import IndexBackend
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
+from index.types import Filtering
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
 from service.metrics import Metrics
@@ -224,14 +225,7 @@ class Searcher:
         dimension = self.manifest.granularity[granularity]
         return Route(granularity, dimension, plan.index, "none", plan.scoring)
 
-    def _search(
-        self,
-        route: Route,
-        vectors: np.ndarray,
-        plan: SearchPlan,
-        c2f_timings: dict[str, float],
-        filtering: dict,
-    ) -> list[list[Hit]]:
+    def _search(self, route: Route, vectors: np.ndarray, plan: SearchPlan) -> SearchResult:
         if route.rerank == "c2f":
             assert route.shortlist_dimension is not None
             return self.collection.search_c2f(
@@ -240,9 +234,7 @@ class Searcher:
                 route.shortlist_dimension,
                 self.c2f_factor,
                 route.index,
-                c2f_timings,
                 where=plan.where,
-                filtering=filtering,
             )
         return self.collection.search(
             vectors,
@@ -251,7 +243,6 @@ class Searcher:
             route.index,
             route.scoring,
             where=plan.where,
-            filtering=filtering,
         )
 
     def _matches(self, hits: list[list[Hit]]) -> list[list[Match]]:
@@ -285,15 +276,15 @@ class Searcher:
             groups[route].append(row)
         hits: list[list[Hit]] = [[] for _ in routes]
         reports: list[FilterReport | None] = [None] * len(routes)
-        c2f_timings: dict[str, float] = {}
+        rerank_seconds = 0.0
         for route, rows in groups.items():
             group_started = time.perf_counter()
-            filtering: dict = {}
-            found = self._search(route, vectors[rows], plan, c2f_timings, filtering)
-            for position, (row, row_hits) in enumerate(zip(rows, found, strict=True)):
+            found = self._search(route, vectors[rows], plan)
+            rerank_seconds += found.timings.get("rerank", 0.0)
+            for position, (row, row_hits) in enumerate(zip(rows, found.hits, strict=True)):
                 hits[row] = row_hits
-                if plan.where is not None:
-                    reports[row] = _report(filtering, position)
+                if found.filtering is not None:
+                    reports[row] = _report(found.filtering, position)
             self.metrics.search_seconds.labels(
                 dimension=str(route.dimension), index=route.index, rerank=route.rerank
             ).observe(time.perf_counter() - group_started)
@@ -307,8 +298,8 @@ class Searcher:
         return SearchOutcome(
             results,
             route_seconds=routed - started,
-            search_seconds=searched - routed - c2f_timings.get("rerank", 0.0),
-            rerank_seconds=c2f_timings.get("rerank", 0.0),
+            search_seconds=searched - routed - rerank_seconds,
+            rerank_seconds=rerank_seconds,
             fetch_seconds=time.perf_counter() - searched,
         )
 
@@ -324,7 +315,7 @@ def parse_where(value: object | None) -> Filter | None:
         raise InvalidRequest(str(exc), exc.path) from None
 
 
-def _report(filtering: dict, position: int) -> FilterReport:
+def _report(filtering: Filtering, position: int) -> FilterReport:
     """The filter report of the ``position``-th query of one collection call."""
     return FilterReport(
         mode=filtering.get("mode", "exact_subset"),  # no match: nothing left to search

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from index import Collection, HnswParams, PqParams
-from index.collection import Hit
+from index.types import Hit
 
 
 def cosine(queries: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -54,12 +54,12 @@ def test_exact_search_equals_numpy_brute_force(
     queries = rng.standard_normal((5, 64)).astype(np.float32)
     for dim in (16, 64):
         expected = top_k(cosine(queries[:, :dim], vectors[:, :dim]), ids, 10)
-        assert_same(collection.search(queries, 10, dim), expected)
+        assert_same(collection.search(queries, 10, dim).hits, expected)
     assert_same(
-        collection.search(queries[:, :16], 10, 16),
+        collection.search(queries[:, :16], 10, 16).hits,
         top_k(cosine(queries[:, :16], vectors[:, :16]), ids, 10),
     )
-    assert len(collection.search(queries[:1], 1000, 16)[0]) == 300
+    assert len(collection.search(queries[:1], 1000, 16).hits[0]) == 300
 
 
 def test_c2f_with_a_large_factor_equals_exact_full_dimension_search(
@@ -70,13 +70,14 @@ def test_c2f_with_a_large_factor_equals_exact_full_dimension_search(
     collection.upsert(ids, ["text"] * len(ids), vectors)
     queries = rng.standard_normal((5, 64)).astype(np.float32)
     expected = top_k(cosine(queries, vectors), ids, 10)
-    timings: dict[str, float] = {}
-    assert_same(collection.search_c2f(queries, 10, 16, factor=30, timings=timings), expected)
+    result = collection.search_c2f(queries, 10, 16, factor=30)
+    timings = result.timings
+    assert_same(result.hits, expected)
     assert set(timings) == {"shortlist", "rerank"} and min(timings.values()) > 0
-    assert_same(collection.search_c2f(queries, 10, 16, factor=30, kind="hnsw"), expected)
+    assert_same(collection.search_c2f(queries, 10, 16, factor=30, kind="hnsw").hits, expected)
     # A small shortlist re-ranks only what the coarse prefix found: full-dim scores, its order.
-    coarse_ids = {hit.id for hit in collection.search(queries[:1], 20, 16)[0]}
-    narrow = collection.search_c2f(queries[:1], 10, 16, factor=2)[0]
+    coarse_ids = {hit.id for hit in collection.search(queries[:1], 20, 16).hits[0]}
+    narrow = collection.search_c2f(queries[:1], 10, 16, factor=2).hits[0]
     assert {hit.id for hit in narrow} <= coarse_ids
     assert [hit.score for hit in narrow] == sorted((hit.score for hit in narrow), reverse=True)
     full_scores = dict(zip(ids, cosine(queries[:1], vectors)[0], strict=True))
@@ -98,8 +99,8 @@ def test_sfs_index_ranks_and_scores_by_mean_fragment_cosine(
     for dim in (16, 64):
         scores = np.stack([mean_fragment_cosine(q[:dim], vectors[:, :dim], 8) for q in queries])
         expected = top_k(scores, ids, 10)
-        assert_same(collection.search(queries, 10, dim, scoring="sfs"), expected)
-    plain = collection.search(queries, 10, 64)
+        assert_same(collection.search(queries, 10, dim, scoring="sfs").hits, expected)
+    plain = collection.search(queries, 10, 64).hits
     assert [h.id for h in plain[0]] != [i for i, _ in expected[0]]  # SFS is not plain cosine
 
 
@@ -113,17 +114,17 @@ def test_replace_and_delete_show_in_search_and_get(
     )
     collection.upsert(ids, [f"text {i}" for i in ids], vectors, [{"n": n} for n in range(300)])
     target = vectors[7] + 0.01
-    assert collection.search(target, 1, 64, kind)[0][0].id == "doc-7"
+    assert collection.search(target, 1, 64, kind).hits[0][0].id == "doc-7"
     # Replace doc-3 with doc-7's vector: both now match best; then delete doc-7.
     collection.upsert(["doc-3"], ["replaced"], vectors[7:8], [{"new": True}])
-    found = {hit.id for hit in collection.search(target, 2, 64, kind)[0]}
+    found = {hit.id for hit in collection.search(target, 2, 64, kind).hits[0]}
     assert found == {"doc-3", "doc-7"}
     stored = collection.get("doc-3")
     assert stored is not None and stored.text == "replaced" and stored.metadata == {"new": True}
     np.testing.assert_array_equal(stored.vector, vectors[7])
     assert collection.delete(["doc-7", "never-there"]) == 1
     assert collection.get("doc-7") is None
-    hits = collection.search(np.stack([target, vectors[3]]), 300, 64, kind)
+    hits = collection.search(np.stack([target, vectors[3]]), 300, 64, kind).hits
     for row in hits:
         assert "doc-7" not in {hit.id for hit in row}
         assert [hit.id for hit in row].count("doc-3") == 1
@@ -148,7 +149,7 @@ def test_hnsw_graphs_are_rebuilt_once_deletions_pass_the_threshold(
     collection.delete(ids[60:90])
     for entry in collection.stats().indexes.values():
         assert entry["deleted"] == 0 and entry["vectors"] == 210
-    hits = collection.search(vectors[90:100], 1, 64, "hnsw")
+    hits = collection.search(vectors[90:100], 1, 64, "hnsw").hits
     assert [row[0].id for row in hits] == ids[90:100]
 
 
@@ -178,7 +179,7 @@ def test_pq_collection_uses_less_memory_than_exact_once_trained(
     indexes = collection.stats().indexes
     assert indexes["cosine-64-pq"]["trained"] is True
     assert indexes["cosine-64-pq"]["bytes"] < indexes["cosine-64-exact"]["bytes"]
-    assert all(len(row) == 5 for row in collection.search(vectors[:3], 5, 64, "pq"))
+    assert all(len(row) == 5 for row in collection.search(vectors[:3], 5, 64, "pq").hits)
 
 
 @pytest.mark.parametrize(

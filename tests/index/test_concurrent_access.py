@@ -33,9 +33,9 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
     def search_once(local: np.random.Generator, _: int) -> None:
         queries = local.standard_normal((3, 32)).astype(np.float32)
         batches = [
-            collection.search(queries, 10, 8, "hnsw"),
-            collection.search(queries, 10, 32, "exact", "sfs"),
-            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw"),
+            collection.search(queries, 10, 8, "hnsw").hits,
+            collection.search(queries, 10, 32, "exact", "sfs").hits,
+            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw").hits,
         ]
         for hits in (row for batch in batches for row in batch):
             ids = [hit.id for hit in hits]
@@ -51,7 +51,7 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
     stats = collection.stats()
     assert stats.documents == len(live)
     assert all(entry["vectors"] == len(live) for entry in stats.indexes.values())
-    final = collection.search(rng.standard_normal((5, 32)), 50, 32, "hnsw")
+    final = collection.search(rng.standard_normal((5, 32)), 50, 32, "hnsw").hits
     assert all(hit.id in live and collection.get(hit.id) for row in final for hit in row)
 
 
@@ -141,9 +141,9 @@ def test_filtered_searches_during_writes_return_only_matching_documents(
         collection.filters = paths[searches % 2]
         queries = local.standard_normal((3, 32)).astype(np.float32)
         batches = [
-            collection.search(queries, 10, 8, "hnsw", where=where),
-            collection.search(queries, 10, 32, "exact", where=where),
-            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw", where=where),
+            collection.search(queries, 10, 8, "hnsw", where=where).hits,
+            collection.search(queries, 10, 32, "exact", where=where).hits,
+            collection.search_c2f(queries, 10, 8, factor=3, kind="hnsw", where=where).hits,
         ]
         for hits in (row for batch in batches for row in batch):
             ids = [hit.id for hit in hits]
@@ -153,7 +153,9 @@ def test_filtered_searches_during_writes_return_only_matching_documents(
             assert scores == sorted(scores, reverse=True)
 
     assert _search_while_writing(write, search_once, readers=2) > 0
-    group0 = {hit.id for hit in collection.search(np.ones(32), 1000, 32, "exact", where=where)[0]}
+    group0 = {
+        hit.id for hit in collection.search(np.ones(32), 1000, 32, "exact", where=where).hits[0]
+    }
     assert all(name.startswith("g0-") and collection.get(name) for name in group0)
 
 

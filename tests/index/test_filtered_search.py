@@ -155,15 +155,11 @@ def test_filtered_search_matches_brute_force(
         where = parse_filter({"key": "bucket", "lt": below})
         matching = np.flatnonzero(data["bucket"] < below)
         assert len(matching) == selectivity * N
-        filtering: dict = {}
         if route == "c2f":
-            hits = collection.search_c2f(
-                queries, K, dim, FACTOR, kind, where=where, filtering=filtering
-            )
+            result = collection.search_c2f(queries, K, dim, FACTOR, kind, where=where)
         else:
-            hits = collection.search(
-                queries, K, dim, kind, scoring, where=where, filtering=filtering
-            )
+            result = collection.search(queries, K, dim, kind, scoring, where=where)
+        hits, filtering = result.hits, result.filtering
         path = filtering["mode"]
         if mode != "auto":  # the index path: a graph walk with a selector, or a scan
             assert path == (mode if mode == "exact_subset" else INDEX_PATHS[kind])
@@ -205,14 +201,14 @@ def test_no_match_returns_no_hits_and_k_above_the_matches_returns_them_all(
     collection.filters = FilterParams()
     nothing = parse_filter({"key": "bucket", "gt": 5000})
     queries = data["queries"][:3]
-    assert collection.search(queries, K, 16, "hnsw", where=nothing) == [[], [], []]
-    assert collection.search_c2f(queries, K, 16, FACTOR, "hnsw", where=nothing) == [[], [], []]
+    assert collection.search(queries, K, 16, "hnsw", where=nothing).hits == [[], [], []]
+    assert collection.search_c2f(queries, K, 16, FACTOR, "hnsw", where=nothing).hits == [[], [], []]
     few = parse_filter({"key": "bucket", "eq": 7})  # 20 documents
     for mode in ("selector", "exact_subset"):
         collection.filters = MODES[mode]
-        hits = collection.search(queries, 50, 64, "hnsw", where=few)
+        hits = collection.search(queries, 50, 64, "hnsw", where=few).hits
         assert [len(row) for row in hits] == [20, 20, 20]
-        c2f = collection.search_c2f(queries, 50, 16, FACTOR, "hnsw", where=few)
+        c2f = collection.search_c2f(queries, 50, 16, FACTOR, "hnsw", where=few).hits
         assert [len(row) for row in c2f] == [20, 20, 20]
 
 
@@ -225,10 +221,8 @@ def test_a_walk_that_finds_too_few_falls_back_to_the_exact_subset(
     collection.filters = FilterParams(exact_subset_scale=0.0, hnsw_ef_max=1)
     where = parse_filter({"key": "bucket", "eq": 3})
     matching = np.flatnonzero(data["bucket"] == 3)
-    filtering: dict = {}
-    hits = collection.search(
-        data["queries"], K, 64, "hnsw", ef_search=16, where=where, filtering=filtering
-    )
+    result = collection.search(data["queries"], K, 64, "hnsw", ef_search=16, where=where)
+    hits, filtering = result.hits, result.filtering
     assert filtering["mode"] == "selector" and filtering["ef_search"] == 16
     assert filtering["fallback"], filtering
     assert [len(row) for row in hits] == [K] * QUERIES
@@ -249,18 +243,18 @@ def test_filters_see_every_write(tmp_path: Path, data: dict) -> None:
     group0 = parse_filter({"key": "group", "eq": 0})
     for mode in ("selector", "exact_subset"):
         collection.filters = MODES[mode]
-        hits = collection.search(query, 5, 64, "hnsw", where=group0)[0]
+        hits = collection.search(query, 5, 64, "hnsw", where=group0).hits[0]
         assert hits[0].id == "0" and len(hits) == 5
     collection.upsert(["0"], ["t"], vectors[:1], [{"group": 1}])  # doc 0 leaves group 0
     collection.delete(["3"])
     for mode in ("selector", "exact_subset"):
         collection.filters = MODES[mode]
         for kind in ("exact", "hnsw"):
-            hits = collection.search(query, 300, 64, kind, where=group0)[0]
+            hits = collection.search(query, 300, 64, kind, where=group0).hits[0]
             assert {hit.id for hit in hits} == {str(i) for i in range(6, 300, 3)}, (mode, kind)
             moved = collection.search(
                 query, 1, 64, kind, where=parse_filter({"key": "group", "eq": 1})
-            )
+            ).hits
             assert moved[0][0].id == "0"
     collection.close()
 
@@ -298,8 +292,8 @@ def test_the_filter_cache_keeps_within_its_budget_and_answers_the_same(
     collection.clear_filter_cache()
     queries = data["queries"][:5]
     wheres = [parse_filter({"key": "bucket", "lt": below}) for below in (100, 10, 1)]
-    first = [collection.search(queries, K, 64, "exact", where=where) for where in wheres]
-    again = [collection.search(queries, K, 64, "exact", where=where) for where in wheres]
+    first = [collection.search(queries, K, 64, "exact", where=where).hits for where in wheres]
+    again = [collection.search(queries, K, 64, "exact", where=where).hits for where in wheres]
     assert first == again
     assert len(collection._filter_cache) == 1
     assert collection.rows_matching(wheres[-1]) is collection.rows_matching(wheres[-1])

@@ -90,23 +90,23 @@ def test_every_exact_route_equals_the_embedded_backend(
     milvus, embedded = pair
     queries = data[3]
     _same(
-        milvus.search(queries, K, dim, "exact", scoring),
-        embedded.search(queries, K, dim, "exact", scoring),
+        milvus.search(queries, K, dim, "exact", scoring).hits,
+        embedded.search(queries, K, dim, "exact", scoring).hits,
     )
     if scoring == "cosine":  # HNSW with a beam far wider than the corpus: exact here
-        hnsw = milvus.search(queries, K, dim, "hnsw", ef_search=N)
-        _same(hnsw, embedded.search(queries, K, dim))
+        hnsw = milvus.search(queries, K, dim, "hnsw", ef_search=N).hits
+        _same(hnsw, embedded.search(queries, K, dim).hits)
 
 
 def test_c2f_and_filters_equal_the_embedded_backend(pair: tuple, data: tuple) -> None:
     milvus, embedded = pair
     queries = data[3]
-    c2f = milvus.search_c2f(queries, K, 16, 4, "exact")
-    _same(c2f, embedded.search_c2f(queries, K, 16, 4, "exact"))
+    c2f = milvus.search_c2f(queries, K, 16, 4, "exact").hits
+    _same(c2f, embedded.search_c2f(queries, K, 16, 4, "exact").hits)
     where = parse_filter({"and": [{"key": "group", "in": [1, 2]}, {"key": "tags", "eq": "odd"}]})
-    filtering: dict = {}
-    filtered = milvus.search(queries, K, 32, "exact", where=where, filtering=filtering)
-    _same(filtered, embedded.search(queries, K, 32, "exact", where=where))
+    result = milvus.search(queries, K, 32, "exact", where=where)
+    filtered, filtering = result.hits, result.filtering
+    _same(filtered, embedded.search(queries, K, 32, "exact", where=where).hits)
     assert filtering == {"mode": "milvus", "matching": None}
 
 

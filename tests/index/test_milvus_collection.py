@@ -79,8 +79,8 @@ def test_c2f_is_the_exact_pipeline(
     collection: MilvusCollection, corpus: tuple[np.ndarray, np.ndarray], kind: str
 ) -> None:
     vectors, queries = corpus
-    timings: dict[str, float] = {}
-    found = collection.search_c2f(queries, 5, SHORTLIST_DIM, 4, kind, timings, ef_search=400)
+    result = collection.search_c2f(queries, 5, SHORTLIST_DIM, 4, kind, ef_search=400)
+    found, timings = result.hits, result.timings
     for query, hits in zip(queries, found, strict=True):
         assert [hit.id for hit in hits] == expected_c2f(vectors, query, 5, 20)
         expected_scores = (
@@ -99,7 +99,7 @@ def test_queries_split_over_several_searches(
     each gets its own answer, in order."""
     vectors, queries = corpus
     monkeypatch.setattr(milvus_backend, "C2F_ROWS_PER_SEARCH", 40)
-    found = collection.search_c2f(queries, 3, SHORTLIST_DIM, 6, "exact")
+    found = collection.search_c2f(queries, 3, SHORTLIST_DIM, 6, "exact").hits
     assert [[hit.id for hit in hits] for hits in found] == [
         expected_c2f(vectors, query, 3, 18) for query in queries
     ]
@@ -110,16 +110,14 @@ def test_filtered_c2f_shortlists_matching_documents(
 ) -> None:
     vectors, queries = corpus
     even = parse_filter({"key": "even", "eq": True})
-    filtering: dict = {}
-    found = collection.search_c2f(
-        queries[:3], 5, SHORTLIST_DIM, 4, "exact", where=even, filtering=filtering
-    )
+    result = collection.search_c2f(queries[:3], 5, SHORTLIST_DIM, 4, "exact", where=even)
+    found, filtering = result.hits, result.filtering
     rows = np.arange(0, DOCUMENTS, 2)
     for query, hits in zip(queries[:3], found, strict=True):
         assert [hit.id for hit in hits] == expected_c2f(vectors, query, 5, 20, rows)
     assert filtering["mode"] == "milvus"
     nothing = parse_filter({"key": "missing", "eq": 1})
-    assert collection.search_c2f(queries[:2], 5, SHORTLIST_DIM, 4, "exact", where=nothing) == [
+    assert collection.search_c2f(queries[:2], 5, SHORTLIST_DIM, 4, "exact", where=nothing).hits == [
         [],
         [],
     ]
@@ -148,7 +146,7 @@ def test_an_upsert_goes_in_chunks_and_is_checked_first(
         assert collection.present(ids) == set()
         assert collection.upsert(ids, ["text"] * 300, vectors) == 300
         assert collection.present(ids) == set(ids)
-        hits = collection.search(vectors[7], 1, DIM)[0]
+        hits = collection.search(vectors[7], 1, DIM).hits[0]
         assert [hit.id for hit in hits] == ["doc-7"]
         assert hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:

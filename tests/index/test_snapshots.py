@@ -39,7 +39,7 @@ def results(
         scoring, dim, kind = name.split("-")
         if kind not in kinds:
             continue
-        hits = collection.search(queries, 5, int(dim), kind, scoring)
+        hits = collection.search(queries, 5, int(dim), kind, scoring).hits
         found[name] = [[hit.id for hit in row] for row in hits]
     return found
 
@@ -82,7 +82,7 @@ def test_reopening_after_a_snapshot_catches_up_with_later_writes(
     assert len(recovery["loaded"]) == 12 and recovery["rebuilt"] == {}
     assert recovery["caught_up_changes"] == 4  # net: add d0', new-1; remove d0, d1
     assert results(reopened, queries) == before
-    assert reopened.search(later[1], 1, 32)[0][0].id == "new-1"
+    assert reopened.search(later[1], 1, 32).hits[0][0].id == "new-1"
     assert reopened.get("d1") is None and reopened.get("new-2") is None
     assert reopened.stats().indexes["cosine-32-pq"]["trained"]
     assert reopened.stats().indexes["cosine-32-hnsw"]["deleted"] == 2
@@ -145,7 +145,7 @@ def test_changed_parameters_rebuild_only_the_affected_indexes(
     rebuilt = reopened.stats().recovery["rebuilt"]
     assert set(rebuilt) == {"cosine-8-hnsw", "cosine-32-hnsw", "sfs-8-hnsw", "sfs-32-hnsw"}
     assert set(rebuilt.values()) == {"parameters changed since the snapshot"}
-    assert reopened.search(vectors[3], 1, 32, "hnsw")[0][0].id == "d3"
+    assert reopened.search(vectors[3], 1, 32, "hnsw").hits[0][0].id == "d3"
 
 
 def test_snapshots_replace_each_other_and_prune_the_change_log(
@@ -186,4 +186,4 @@ def test_a_snapshot_of_another_store_is_not_used(tmp_path: Path, rng: np.random.
     reopened = open_collection(tmp_path / "b")
     assert reopened.stats().recovery["loaded"] == []
     assert "another store" in next(iter(reopened.stats().recovery["rebuilt"].values()))
-    assert [hit.id for hit in reopened.search(vectors, 5, 32)[0]] == ["only-in-b"]
+    assert [hit.id for hit in reopened.search(vectors, 5, 32).hits[0]] == ["only-in-b"]

@@ -27,7 +27,7 @@ def add(collection: Collection, rng: np.random.Generator, names: list[str]) -> n
 
 
 def c2f(collection: Collection, queries: np.ndarray) -> list[list[tuple[str, float]]]:
-    hits = collection.search_c2f(queries, 5, COARSE, factor=40, kind="hnsw")
+    hits = collection.search_c2f(queries, 5, COARSE, factor=40, kind="hnsw").hits
     return [[(hit.id, hit.score) for hit in row] for row in hits]
 
 
@@ -49,10 +49,10 @@ def test_the_layout_builds_only_the_kinds_it_names(tmp_path: Path, rng: np.rando
         collection.search(vectors[:1], 5, DIM, "exact")
     query = rng.standard_normal(DIM).astype(np.float32)
     # A shortlist of every document makes C2F exact: the re-rank reads the full vectors' file.
-    hits = collection.search_c2f(query, 5, COARSE, factor=60, kind="hnsw", ef_search=300)[0]
+    hits = collection.search_c2f(query, 5, COARSE, factor=60, kind="hnsw", ef_search=300).hits[0]
     assert [hit.id for hit in hits] == exact_top(vectors, names, query, 5)
-    narrow = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=10)
-    wide = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=300)
+    narrow = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=10).hits
+    wide = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=300).hits
     exact_coarse = [exact_top(vectors[:, :COARSE], names, v[:COARSE], 10) for v in vectors[:20]]
     recall = {
         name: np.mean([len({h.id for h in row} & set(truth)) / 10

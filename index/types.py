@@ -1,0 +1,134 @@
+"""What an index backend answers with (:class:`index.backend.IndexBackend`), the same for both
+backends: search hits, what a search did (:class:`SearchResult`) and a collection's figures
+(:class:`CollectionStats`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a document id and its score (cosine or mean fragment cosine)."""
+
+    id: str
+    score: float
+
+
+class Timings(TypedDict, total=False):
+    """Seconds of one search's index work, by step: ``search`` (a single-index search, listing
+    a filter's rows and reading the hits' ids aside), or ``shortlist`` and ``rerank`` (C2F).
+    Only the steps the search took are present."""
+
+    search: float
+    shortlist: float
+    rerank: float
+
+
+class Filtering(TypedDict, total=False):
+    """How a filtered search applied its filter: ``mode`` (``exact_subset``, ``selector``,
+    ``scan``, or ``milvus``), ``matching`` (rows the filter matched; None where the engine does
+    not tell), ``resolve_seconds`` (listing them), and for the embedded index paths ``ef_search``
+    (HNSW) and ``fallback`` (the positions of the queries the exact subset answered instead). A
+    filter that matches nothing leaves no ``mode``: nothing was searched."""
+
+    mode: str
+    matching: int | None
+    resolve_seconds: float
+    ef_search: int
+    fallback: list[int]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What :meth:`~index.backend.IndexBackend.search` and ``search_c2f`` return: the hits of
+    every query (best first), the seconds of each step, and how the filter was applied (None
+    for a search without one)."""
+
+    hits: list[list[Hit]]
+    timings: Timings = field(default_factory=lambda: Timings())
+    filtering: Filtering | None = None
+
+
+@dataclass(frozen=True)
+class IndexStats(Mapping[str, Any]):
+    """One index of a collection: what it scores, at which prefix, with which kind, how many
+    vectors and bytes it holds; ``codebooks`` (PQ only) whether its centroids came with the
+    bundle or were trained here; ``details`` the kind's or backend's own figures (HNSW's
+    tombstones, PQ's training, the Milvus field and index type).
+
+    It reads as a mapping too, of every field (``codebooks`` when set) and every detail, which
+    is what :meth:`as_dict` writes out."""
+
+    scoring: str
+    dim: int
+    kind: str
+    vectors: int
+    bytes: int
+    bytes_per_vector: int
+    codebooks: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, scoring: str, figures: Mapping[str, Any]) -> IndexStats:
+        """From a FAISS index kind's own figures (:meth:`index.kinds.VectorIndex.stats`)."""
+        known = {"kind", "dim", "vectors", "bytes", "bytes_per_vector", "codebooks"}
+        return cls(
+            scoring=scoring,
+            dim=figures["dim"],
+            kind=figures["kind"],
+            vectors=figures["vectors"],
+            bytes=figures["bytes"],
+            bytes_per_vector=figures["bytes_per_vector"],
+            codebooks=figures.get("codebooks"),
+            details={key: value for key, value in figures.items() if key not in known},
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field (``codebooks`` when set) and every detail, as one plain dict."""
+        figures: dict[str, Any] = {
+            "scoring": self.scoring,
+            "dim": self.dim,
+            "kind": self.kind,
+            "vectors": self.vectors,
+            "bytes": self.bytes,
+            "bytes_per_vector": self.bytes_per_vector,
+        }
+        if self.codebooks is not None:
+            figures["codebooks"] = self.codebooks
+        return figures | dict(self.details)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """A collection's documents and indexes at one moment (``IndexBackend.stats``)."""
+
+    documents: int
+    dim: int
+    prefix_dims: list[int]
+    fragment_dim: int | None
+    change_counter: int | None
+    """The store change the indexes reflect; None while a write is updating them (and on
+    Milvus, which keeps no such counter)."""
+    indexes: dict[str, IndexStats]
+    """By index name (``cosine-64-hnsw``)."""
+    recovery: dict[str, Any]
+    """How opening went, as the backend reports it (``/info`` shows it as is). Embedded: the
+    snapshot used, indexes loaded, changes caught up, indexes rebuilt (with why), and whether
+    the full vectors' file was mapped or rebuilt; Milvus: the server and collection."""
+    full_vectors: dict[str, Any]
+    """The full vectors' storage: dtype, file or field, and bytes."""
+    ingest_seconds: dict[str, float]
+    """Time spent by upserts since opening: committing to the store, writing the full vectors,
+    and adding to (and rebuilding) the indexes, i.e. the graph build."""
