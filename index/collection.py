@@ -492,12 +492,17 @@ class Collection:
         with self._filter_cache_lock:
             self._filter_cache.clear()
 
-    def _resolve(self, where: Filter, filtering: Filtering) -> RowSet:
+    def _resolve(self, where: Filter | None) -> tuple[Filtering | None, RowSet | None]:
+        """The filter report and the rows ``where`` allows; (None, None) without a filter."""
+        if where is None:
+            return None, None
         started = time.perf_counter()
         allowed = self.rows_matching(where)
-        filtering["resolve_seconds"] = time.perf_counter() - started
-        filtering["matching"] = len(allowed)
-        return allowed
+        filtering: Filtering = {
+            "resolve_seconds": time.perf_counter() - started,
+            "matching": len(allowed),
+        }
+        return filtering, allowed
 
     def _exact_subset(
         self, queries: np.ndarray, k: int, rows: np.ndarray, space: tuple[str, int] | None
@@ -587,11 +592,7 @@ class Collection:
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         mapped = self._map(scoring, dim, queries)
         timings: Timings = {}
-        filtering: Filtering | None = None
-        allowed: RowSet | None = None
-        if where is not None:
-            filtering = {}
-            allowed = self._resolve(where, filtering)
+        filtering, allowed = self._resolve(where)
         with self._lock.read():
             k = min(k, max(self._count, 1))  # FAISS allocates n * k results
             started = time.perf_counter()
@@ -634,11 +635,7 @@ class Collection:
         prefix = prefix_unit(queries, shortlist_dim)
         full = unit_rows(queries)
         timings: Timings = {}
-        filtering: Filtering | None = None
-        allowed: RowSet | None = None
-        if where is not None:
-            filtering = {}
-            allowed = self._resolve(where, filtering)
+        filtering, allowed = self._resolve(where)
         with self._lock.read():
             if allowed is not None and not len(allowed):
                 return SearchResult([[] for _ in full], timings, filtering)
