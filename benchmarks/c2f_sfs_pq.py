@@ -20,8 +20,8 @@ Two paths, named in every row:
 - ``collection``: :class:`index.Collection`, the product's search path (SQLite store, the
   per-prefix indexes, C2F re-rank, SFS mapping, hits with string ids), built with the product's
   HNSW and PQ defaults. Its HNSW efSearch is fixed when the collection is built.
-- ``raw``: the same FAISS index classes (:mod:`index.kinds`) called directly, for sweeps the
-  collection cannot do (HNSW-256 over efSearch, PQ over sub-quantizer counts).
+- ``raw``: the same FAISS index classes (:mod:`index.faiss_indexes`) called directly, for sweeps
+  the collection cannot do (HNSW-256 over efSearch, PQ over sub-quantizer counts).
 
 Both paths time the whole call from an unnormalised 256-d query (the prefix normalisation is
 inside the timing), so a row of one path and a row of the other differ only by the collection's
@@ -58,8 +58,8 @@ from benchmarks.harness.search_measure import (
     recall_at_k,
 )
 from index import Collection, Hit, HnswParams, PqParams
+from index.faiss_indexes import ExactIndex, HnswIndex, PqIndex
 from index.fragments import fragment_unit
-from index.kinds import ExactIndex, HnswIndex, PqIndex
 from index.vectors import prefix_unit
 
 K = 10
@@ -213,7 +213,7 @@ def collection_entries(collection: Collection, settings: Settings) -> list[Entry
 
 def raw_entries(base: np.ndarray, settings: Settings) -> tuple[list[Entry], dict]:
     """Flat-256, HNSW-256 over efSearch and PQ-256 over sub-quantizer counts, on the index
-    classes of :mod:`index.kinds`; also the HNSW build time and the PQ sizes."""
+    classes of :mod:`index.faiss_indexes`; also the HNSW build time and the PQ sizes."""
     full = settings.dim
     ids = np.arange(len(base), dtype=np.int64)
     vectors = prefix_unit(base, full)
@@ -633,13 +633,14 @@ def markdown(report: dict) -> str:
         f"{settings['threads']} FAISS thread(s); {settings['rounds']} interleaved rounds. "
         "`collection` rows go through `index.Collection` (the product path: input checks, "
         "normalisation, lock, C2F re-rank, string ids); `raw` rows call the same FAISS index "
-        "classes (`index.kinds`) directly, from the same unnormalised query (normalisation "
-        f"timed too). HNSW: M {hnsw['m']}, efConstruction {hnsw['ef_construction']}; the "
-        f"collection searches at ef {hnsw['ef_search']} (for a shortlist k′ > ef FAISS searches "
-        "at ef = k′). C2F is compared with HNSW-256 on the collection path where the "
-        "collection's HNSW reaches the recall target, otherwise with the raw HNSW-256, which "
-        "does less work per query than any collection search. p99 includes any time the "
-        "process was descheduled while other processes ran (see the load average).",
+        "classes (`index.faiss_indexes`) directly, from the same unnormalised query "
+        f"(normalisation timed too). HNSW: M {hnsw['m']}, efConstruction "
+        f"{hnsw['ef_construction']}; the collection searches at ef {hnsw['ef_search']} (for a "
+        "shortlist k′ > ef FAISS searches at ef = k′). C2F is compared with HNSW-256 on the "
+        "collection path where the collection's HNSW reaches the recall target, otherwise "
+        "with the raw HNSW-256, which does less work per query than any collection search. "
+        "p99 includes any time the process was descheduled while other processes ran (see "
+        "the load average).",
         "## Machine\n\n" + bullet_list(report["machine"]),
         "## Data\n\n" + bullet_list(report["data"]),
         "## Parameters\n\n" + bullet_list(settings),

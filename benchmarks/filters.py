@@ -55,7 +55,7 @@ from benchmarks.harness.markdown import bullet_list, markdown_table, targets_tab
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_measure import faiss_threads
 from index import Collection, HnswParams, PqParams
-from index.collection import FilterParams
+from index.embedded import FilterParams
 from index.filters import Filter, parse_filter
 from index.fragments import fragment_unit
 from index.vectors import prefix_unit, unit_rows

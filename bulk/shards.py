@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from bulk.errors import BulkError, where
 from bundle import Manifest
-from index.snapshot import fsync_path
+from index.embedded.snapshot import fsync_path
 
 FORMAT_VERSION = 1
 HEADER_KEY = b"fractal.shard"

@@ -3,16 +3,16 @@ served prefix.
 
 Two backends implement :class:`IndexBackend`:
 
-- ``embedded`` (:class:`index.Collection`): the SQLite store of record and FAISS indexes in a
-  folder of the service's own disk, the default;
+- ``embedded`` (:class:`index.embedded.Collection`): the SQLite store of record and FAISS
+  indexes in a folder of the service's own disk, the default;
 - ``milvus`` (:class:`index.milvus.MilvusCollection`): a Milvus server holds the documents and
   their indexes, so any number of stateless replicas serve one corpus.
 
 The service picks one in a single factory (:func:`index.catalog.catalog_for`) and never
 branches on the backend anywhere else. A backend that cannot reach its engine raises
 :class:`BackendUnavailable`, which the service answers with 503; one whose disk is full refuses a
-write with :class:`StorageFull` (from :mod:`index.store`, nothing of the write stored), which the
-service answers with 507.
+write with :class:`StorageFull` (nothing of the write stored), which the service answers with
+507.
 
 What the methods answer with is in :mod:`index.types`: a search returns a
 :class:`~index.types.SearchResult` (hits, timings, the filter report), ``stats`` a
@@ -21,20 +21,42 @@ What the methods answer with is in :mod:`index.types`: a search returns a
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from index.filters import Filter
-from index.store import Contents
-from index.store import StorageFull as StorageFull  # re-exported: a backend's errors are here
-from index.types import CollectionStats, SearchResult
+from index.types import CollectionStats, Contents, SearchResult
 
 
 class BackendUnavailable(RuntimeError):
     """The index engine could not be reached or did not answer in time; nothing was changed
     unless it said so. The message is one line, without secrets."""
+
+
+class StorageFull(OSError):
+    """The disk holding a collection is full (``ENOSPC``, SQLite's ``SQLITE_FULL``): the write
+    that hit it was rolled back, nothing of it was stored. Snapshots and the full vectors' file
+    raise it too."""
+
+    def __init__(self, path: Path, cause: Exception) -> None:
+        super().__init__(errno.ENOSPC, f"no space left on the disk holding {path} ({cause})")
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from, says the disk is full: ``ENOSPC`` or
+    ``EDQUOT`` (:class:`StorageFull` among them), or SQLite's ``SQLITE_FULL``."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return True
+        exc = exc.__cause__
+    return False
 
 
 class CollectionMissing(LookupError):

@@ -34,9 +34,15 @@ from typing import Protocol
 import numpy as np
 
 from bundle import Manifest
-from index.backend import BackendUnavailable, CollectionMissing, IndexBackend, StorageFull
-from index.collection import Collection
-from index.kinds import HnswParams, PqParams
+from index.backend import (
+    BackendUnavailable,
+    CollectionMissing,
+    IndexBackend,
+    StorageFull,
+    is_disk_full,
+)
+from index.embedded import Collection
+from index.faiss_indexes import HnswParams, PqParams
 from index.milvus import (
     MilvusCollection,
     MilvusConnection,
@@ -44,7 +50,6 @@ from index.milvus import (
     list_collections,
     stored_record,
 )
-from index.store import is_disk_full
 
 BUNDLE_RECORD = "bundle.json"
 DEFAULT_NAME = "default"

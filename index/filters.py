@@ -26,7 +26,8 @@ Limits: 8 levels of nesting, 64 conditions, 1,024 values per ``in`` and 4,096 in
 :class:`FilterError` that carries the JSON path of the offending part (``filter.and[1].gte``),
 which the service reports as the error's ``param``.
 
-Pure Python: no FAISS, no FastAPI; the store (:mod:`index.store`) runs the SQL this module makes.
+Pure Python: no FAISS, no FastAPI; the store (:mod:`index.embedded.store`) runs the SQL this
+module makes.
 """
 
 from __future__ import annotations
@@ -350,8 +351,8 @@ def to_sql(node: Filter, values_table: str, rows_table: str) -> tuple[str, list]
     """One ``SELECT row_id`` of the rows that match (possibly with repeats), and its parameters.
 
     ``values_table`` holds ``(key, value, row_id)`` with an index led by ``(key, value)`` (see
-    :mod:`index.store`): every condition is one search of that index. ``rows_table`` lists every
-    present row (``row_id``); ``not`` and ``"exists": false`` subtract from it.
+    :mod:`index.embedded.store`): every condition is one search of that index. ``rows_table``
+    lists every present row (``row_id``); ``not`` and ``"exists": false`` subtract from it.
     """
     params: list = []
     sql = _sql(node, values_table, rows_table, params)

@@ -4,7 +4,7 @@
 ``r % 8`` of byte ``r // 8`` set for row ``r``) behind a FAISS ``IDSelectorBitmap``: the cheapest
 membership test FAISS offers (one load and a shift, against a hash lookup for
 ``IDSelectorBatch``), checked on every vector a search scores. FAISS ids are the store's row ids
-(:mod:`index.kinds`), so the selector applies to every index kind as it is.
+(:mod:`index.faiss_indexes`), so the selector applies to every index kind as it is.
 """
 
 from __future__ import annotations

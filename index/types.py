@@ -1,12 +1,66 @@
-"""What an index backend answers with (:class:`index.backend.IndexBackend`), the same for both
-backends: search hits, what a search did (:class:`SearchResult`) and a collection's figures
-(:class:`CollectionStats`)."""
+"""What an index backend takes and answers with (:class:`index.backend.IndexBackend`), the same
+for both backends: documents (:class:`Document`, :class:`Contents`), search hits, what a search
+did (:class:`SearchResult`) and a collection's figures (:class:`CollectionStats`, with its
+:class:`IndexStats` and how opening went, :class:`DiskRecovery` or :class:`ServerRecovery`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: a non-empty string id, its text, JSON metadata and its full vector."""
+
+    id: str
+    text: str
+    vector: np.ndarray
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"document ids must be non-empty strings, got {self.id!r}")
+        if not isinstance(self.text, str):
+            raise ValueError(f"document {self.id!r}: text must be a string")
+        if not isinstance(self.metadata, dict):
+            raise ValueError(f"document {self.id!r}: metadata must be a JSON object (a dict)")
+        try:
+            json.dumps(self.metadata)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"document {self.id!r}: metadata is not JSON-serialisable: {exc}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What a search hit shows of a stored document: its id, text and metadata (no vector)."""
+
+    id: str
+    text: str
+    metadata: dict
+
+
+class Figures(Mapping[str, Any]):
+    """A frozen dataclass of figures that also reads as the plain mapping :meth:`as_dict` writes
+    out (what ``/info`` shows, and what older callers index by key)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
 
 
 @dataclass(frozen=True)
@@ -53,7 +107,7 @@ class SearchResult:
 
 
 @dataclass(frozen=True)
-class IndexStats(Mapping[str, Any]):
+class IndexStats(Figures):
     """One index of a collection: what it scores, at which prefix, with which kind, how many
     vectors and bytes it holds; ``codebooks`` (PQ only) whether its centroids came with the
     bundle or were trained here; ``details`` the kind's or backend's own figures (HNSW's
@@ -73,7 +127,7 @@ class IndexStats(Mapping[str, Any]):
 
     @classmethod
     def of(cls, scoring: str, figures: Mapping[str, Any]) -> IndexStats:
-        """From a FAISS index kind's own figures (:meth:`index.kinds.VectorIndex.stats`)."""
+        """From a FAISS index kind's own figures (:meth:`index.faiss_indexes.VectorIndex.stats`)."""
         known = {"kind", "dim", "vectors", "bytes", "bytes_per_vector", "codebooks"}
         return cls(
             scoring=scoring,
@@ -100,14 +154,46 @@ class IndexStats(Mapping[str, Any]):
             figures["codebooks"] = self.codebooks
         return figures | dict(self.details)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.as_dict()[key]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_dict())
+@dataclass(frozen=True)
+class DiskRecovery(Figures):
+    """How an embedded collection opened: the snapshot it used (its change counter, None
+    without one), the indexes loaded from it, the store changes caught up since, the indexes
+    rebuilt from the store (with why), and what became of the full vectors' file
+    (:class:`~index.embedded.vector_file.VectorFileRecovery`'s fields)."""
 
-    def __len__(self) -> int:
-        return len(self.as_dict())
+    snapshot_counter: int | None
+    loaded: list[str]
+    caught_up_changes: int
+    rebuilt: dict[str, str]
+    full_vectors: dict[str, Any]
+
+    def repairs(self) -> list[str]:
+        """One line per derived file that opening found damaged or stale and rebuilt from the
+        store; a missing snapshot (a new folder) is no news."""
+        lines = [
+            f"index {index} rebuilt from the store: {reason}"
+            for index, reason in self.rebuilt.items()
+            if reason != "no snapshot"
+        ]
+        vectors = self.full_vectors
+        if vectors.get("action") == "rebuilt" and vectors.get("rows_written"):
+            lines.append(f"full vectors' file rebuilt from the store: {vectors['reason']}")
+        return lines
+
+
+@dataclass(frozen=True)
+class ServerRecovery(Figures):
+    """How a collection held by a server opened: the backend, the server's address (without
+    credentials) and the collection's name there. The server recovers its own files."""
+
+    backend: str
+    uri: str
+    collection: str
+
+    def repairs(self) -> list[str]:
+        """Nothing: the server repairs its own files."""
+        return []
 
 
 @dataclass(frozen=True)
@@ -123,10 +209,8 @@ class CollectionStats:
     Milvus, which keeps no such counter)."""
     indexes: dict[str, IndexStats]
     """By index name (``cosine-64-hnsw``)."""
-    recovery: dict[str, Any]
-    """How opening went, as the backend reports it (``/info`` shows it as is). Embedded: the
-    snapshot used, indexes loaded, changes caught up, indexes rebuilt (with why), and whether
-    the full vectors' file was mapped or rebuilt; Milvus: the server and collection."""
+    recovery: DiskRecovery | ServerRecovery
+    """How opening went (``/info`` shows it as a mapping)."""
     full_vectors: dict[str, Any]
     """The full vectors' storage: dtype, file or field, and bytes."""
     ingest_seconds: dict[str, float]

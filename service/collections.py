@@ -26,7 +26,7 @@ from bundle import Manifest
 from index import CollectionStats
 from index.backend import CollectionMissing, IndexBackend, StorageFull
 from index.catalog import DEFAULT_NAME, IndexDirError, catalog_for
-from index.kinds import KINDS
+from index.faiss_indexes import KINDS
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.granularity import GranularityRouter
 from service.metrics import Metrics
@@ -136,17 +136,8 @@ def _log_repairs(name: str, collection: IndexBackend) -> None:
     """A warning line for each derived file that opening found damaged or stale and rebuilt from
     the store (an index snapshot whose checksum differs, the full vectors' file); a missing
     snapshot (a new folder) is no news."""
-    recovery = collection.stats().recovery
-    for index, reason in recovery.get("rebuilt", {}).items():
-        if reason != "no snapshot":
-            logger.warning(
-                "collection %r: index %s rebuilt from the store: %s", name, index, reason
-            )
-    vectors = recovery.get("full_vectors") or {}
-    if vectors.get("action") == "rebuilt" and vectors.get("rows_written"):
-        logger.warning(
-            "collection %r: full vectors' file rebuilt from the store: %s", name, vectors["reason"]
-        )
+    for repair in collection.stats().recovery.repairs():
+        logger.warning("collection %r: %s", name, repair)
 
 
 def check_name(name: str, param: str = "name") -> None:

@@ -438,7 +438,7 @@ class Runtime:
             ),
             documents=stats.documents,
             indexes=[IndexSize.of(index) for index in stats.indexes.values()],
-            recovery=stats.recovery,
+            recovery=stats.recovery.as_dict(),
             encoder=self.encoder,
             search_threads=self._search_executor.submit(faiss.omp_get_max_threads).result(),
             limits=self.settings,

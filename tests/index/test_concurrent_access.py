@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from index import Collection
-from index.collection import CHUNK, FilterParams
+from index.embedded import FilterParams
+from index.embedded.writing import CHUNK
 from index.filters import parse_filter
 from index.locking import ReadWriteLock
 

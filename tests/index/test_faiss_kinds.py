@@ -8,7 +8,7 @@ import faiss
 import numpy as np
 import pytest
 
-from index.kinds import (
+from index.faiss_indexes import (
     ExactIndex,
     HnswIndex,
     HnswParams,

@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 
 from index import Collection, HnswParams, PqParams
-from index.collection import FilterParams
+from index.embedded import FilterParams
+from index.faiss_indexes import HnswIndex
 from index.filters import parse_filter
 from index.fragments import fragment_unit
-from index.kinds import HnswIndex
 from index.rowset import RowSet
 from index.vectors import prefix_unit, unit_rows
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from index.embedded.store import Store
 from index.filters import (
     MAX_CONDITIONS,
     MAX_DEPTH,
@@ -27,7 +28,7 @@ from index.filters import (
     parse_filter,
     parse_filter_json,
 )
-from index.store import Document, Store
+from index.types import Document
 
 METADATA = [
     {"class": "Business", "year": 2021, "tags": ["a", "b"], "ok": True},

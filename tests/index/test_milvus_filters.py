@@ -1,9 +1,10 @@
-"""Filters in Milvus (:mod:`index.milvus_filters`) mean what they mean in the embedded store.
+"""Filters in Milvus (:mod:`index.milvus.filters`) mean what they mean in the embedded store.
 
 The same documents go into a real Milvus server (``milvus-lite``: a collection of an id, the
-:func:`filterable` JSON and a tiny vector) and into an embedded :class:`index.store.Store`; for
-hand-written edge cases and for filters drawn at random over the whole grammar, Milvus's
-``query(filter=expression(...))`` must return exactly the ids the store matches. The metadata is
+:func:`filterable` JSON and a tiny vector) and into an embedded
+:class:`index.embedded.store.Store`; for hand-written edge cases and for filters drawn at random
+over the whole grammar, Milvus's ``query(filter=expression(...))`` must return exactly the ids
+the store matches. The metadata is
 chosen to hit every rule: nested objects, lists (mixed, empty, of lists), a missing key, unicode,
 quotes, backslashes, newlines and NUL in strings and keys, NaN, over-long strings, booleans
 against 1, 1 against 1.0, -0.0, integers past 2**53 and 2**63, ±1e22 and infinities.
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from index.embedded.store import Store
 from index.filters import (
     MAX_CONDITIONS,
     MAX_IN_VALUES,
@@ -38,7 +40,7 @@ from index.filters import (
     Range,
     parse_filter,
 )
-from index.milvus_filters import (
+from index.milvus.filters import (
     MAX_EXPRESSION_CHARS,
     MAX_FILTERABLE_BYTES,
     MAX_RANGE_VALUES,
@@ -48,7 +50,7 @@ from index.milvus_filters import (
     number_token,
     string_token,
 )
-from index.store import Document, Store
+from index.types import Document
 from support.processes import MilvusServer
 
 DEFAULT_SEED = "1717"

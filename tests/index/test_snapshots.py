@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from index import Collection, HnswParams, PqParams
-from index.store import Store
+from index.embedded.store import Store
 
 KINDS = ("exact", "hnsw", "pq")
 UNQUANTISED = ("exact", "hnsw")

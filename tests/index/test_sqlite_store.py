@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.store import Contents, Document, Store
+from index.embedded.store import Store
+from index.types import Contents, Document
 
 
 def doc(

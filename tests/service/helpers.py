@@ -11,7 +11,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from index.catalog import COLLECTIONS_DIR, milvus_collection_name
-from index.milvus import MilvusConnection, id_of
+from index.milvus import MilvusConnection
+from index.milvus.opening import id_of
 from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings

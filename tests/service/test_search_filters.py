@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.collection import FilterParams
+from index.embedded import FilterParams
 from support.client import FractalClient
 from tests.service.helpers import make_settings, serve
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from index.kinds import pq_from_codebooks
+from index.faiss_indexes import pq_from_codebooks
 from training.head import FractalHead
 from training.mshc.baselines import baselines, binary, scalar_int8
 from training.mshc.fsq import FiniteScalarQuantizer, round_straight_through

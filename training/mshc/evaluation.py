@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from index.kinds import pq_from_codebooks
+from index.faiss_indexes import pq_from_codebooks
 from training.evaluation.compression import (
     adapter_accuracy,
     c2f_mrr_at_10,

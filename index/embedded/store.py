@@ -21,19 +21,20 @@ transaction that writes the row, and built at open for a store made before it ex
 
 from __future__ import annotations
 
-import errno
 import json
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from index.backend import StorageFull, is_disk_full
 from index.filters import Filter, indexed_values, to_sql
+from index.types import Contents, Document
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -85,60 +86,6 @@ MAX_LISTED_PROBLEMS = 3
 class StoreCorrupt(ValueError):
     """The store's file is damaged (a check at open found problems, or SQLite could not read
     it); the message is one line that says what to do."""
-
-
-class StorageFull(OSError):
-    """The disk holding a collection is full (``ENOSPC``, SQLite's ``SQLITE_FULL``): the write
-    that hit it was rolled back, nothing of it was stored. Snapshots and the full vectors' file
-    raise it too."""
-
-    def __init__(self, path: Path, cause: Exception) -> None:
-        super().__init__(errno.ENOSPC, f"no space left on the disk holding {path} ({cause})")
-
-
-def is_disk_full(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an error it was raised from, says the disk is full: ``ENOSPC`` or
-    ``EDQUOT`` (:class:`StorageFull` among them), or SQLite's ``SQLITE_FULL``."""
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-            return True
-        exc = exc.__cause__
-    return False
-
-
-@dataclass(frozen=True)
-class Document:
-    """One document: a non-empty string id, its text, JSON metadata and its full vector."""
-
-    id: str
-    text: str
-    vector: np.ndarray
-    metadata: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"document ids must be non-empty strings, got {self.id!r}")
-        if not isinstance(self.text, str):
-            raise ValueError(f"document {self.id!r}: text must be a string")
-        if not isinstance(self.metadata, dict):
-            raise ValueError(f"document {self.id!r}: metadata must be a JSON object (a dict)")
-        try:
-            json.dumps(self.metadata)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"document {self.id!r}: metadata is not JSON-serialisable: {exc}"
-            ) from None
-
-
-@dataclass(frozen=True)
-class Contents:
-    """What a search hit shows of a stored document: its id, text and metadata (no vector)."""
-
-    id: str
-    text: str
-    metadata: dict
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""Index snapshots on disk: FAISS files plus a manifest that says which store state they show.
+"""Index snapshots on disk: FAISS files plus a manifest that says which store state they show;
+:class:`Snapshotting` writes one of an open collection.
 
 A snapshot directory holds ``manifest.json`` and the files it names. Writing never overwrites a
 file the current manifest names: new index files get a fresh random prefix, are flushed to disk,
 and only then does a new manifest replace the old one (``os.replace``, atomic). A crash at any
 point leaves either the old snapshot or the new one, never a mix; a write that fails (a full
-disk: :class:`index.store.StorageFull`) removes what it wrote and leaves the old one in use.
+disk: :class:`index.backend.StorageFull`) removes what it wrote and leaves the old one in use.
 
 The manifest records the store's id and the change counter the indexes reflect, and for each
 index its configuration and the sha256 of each of its files. :func:`load_snapshot` uses an index
@@ -23,8 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from index.kinds import VectorIndex
-from index.store import StorageFull, Store
+from index.backend import StorageFull
+from index.embedded.state import CollectionState
+from index.embedded.store import Store
+from index.faiss_indexes import VectorIndex
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -138,3 +141,28 @@ def load_snapshot(
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             loaded.problems[name] = f"unreadable: {exc}"
     return loaded
+
+
+class Snapshotting(CollectionState):
+    """Writes the collection's snapshot."""
+
+    def snapshot(self) -> int:
+        """Write every index to ``path/snapshot`` and return the change counter it reflects.
+
+        Searches go on meanwhile; writes wait. The change log up to that counter is then pruned.
+        """
+        with self._writer:
+            if self._applied is None:
+                raise RuntimeError(
+                    "an earlier write failed while updating the indexes, so they match no state "
+                    "of the store; reopen the collection to rebuild them"
+                )
+            entries = {
+                name: (self._config(spec), self._indexes[name])
+                for name, spec in self._specs.items()
+            }
+            write_snapshot(self.path / "snapshot", self._applied, self._store.store_id, entries)
+            with self._lock.read():  # writes wait for the writer mutex; searches only read
+                self._vectors.save(self._applied, self._store.store_id)
+            self._store.prune_changes(self._applied)
+            return self._applied

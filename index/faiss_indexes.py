@@ -1,4 +1,5 @@
-"""The FAISS index kinds: ``exact``, ``hnsw`` and ``pq``, all inner product over unit vectors.
+"""The FAISS index wrappers, one per kind: ``exact``, ``hnsw`` and ``pq``, all inner product over
+unit vectors.
 
 Each kind wraps an ID map so that FAISS ids are the store's row ids (``IndexIDMap2``, whose
 reverse map physical removal needs; HNSW, which never removes, the plain ``IndexIDMap``: its

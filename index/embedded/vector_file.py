@@ -13,7 +13,7 @@ missing, foreign, stale or corrupted one (its checksum differs) is rebuilt from 
 The file's blocks are allocated when it grows (``posix_fallocate``), not left as holes: writing a
 row through the mapping then never needs new disk space, which on a full disk would be a
 ``SIGBUS`` instead of an error. :meth:`VectorFile.reserve` grows it before the store commits a
-write, so a full disk refuses the write (:class:`index.store.StorageFull`) with nothing stored.
+write, so a full disk refuses the write (:class:`index.backend.StorageFull`) with nothing stored.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from index.store import StorageFull, Store, is_disk_full
+from index.backend import StorageFull, is_disk_full
+from index.embedded.store import Store
 from index.vectors import unit_rows
 
 DATA_FILE = "vectors.f{bits}"

@@ -1,0 +1,168 @@
+"""Reading an embedded collection: documents by id, searches of one index (cosine or SFS at a
+prefix), C2F (a prefix shortlist re-ranked exactly at the full dimension), and its figures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from index.checks import check_count
+from index.embedded.filter_plan import FilterPlanning
+from index.filters import Filter
+from index.rerank import rerank
+from index.types import CollectionStats, Contents, Document, Hit, IndexStats, SearchResult, Timings
+from index.vectors import as_matrix, prefix_unit, unit_rows
+
+
+class Searching(FilterPlanning):
+    """Reads under the shared lock."""
+
+    def get(self, doc_id: str) -> Document | None:
+        """The stored document (its vector as it was given), or None."""
+        return self._store.get(doc_id)
+
+    def contents_of(self, doc_ids: Sequence[str]) -> list[Contents | None]:
+        """The stored text and metadata in the order of ``doc_ids`` (None where there is no such
+        document), read with one query and without the vectors."""
+        return self._store.contents_of(doc_ids)
+
+    def present(self, doc_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are stored (one query, no text, metadata or vector read)."""
+        return self._store.present(doc_ids)
+
+    def _hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
+        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, with the string
+        ids of every query's rows read in one store query (a row removed from the store whose
+        removal the indexes have not applied yet is still named: the search saw that state).
+        Called under the read lock, so the ids are those of the state the search saw."""
+        found = rows >= 0
+        doc_ids = iter(self._store.doc_ids_of(rows[found].tolist()))
+        named = np.full(rows.shape, None, dtype=object)
+        named[found] = [next(doc_ids) for _ in range(int(found.sum()))]
+        return [
+            [
+                Hit(doc_id, float(score))
+                for score, doc_id in zip(query_scores, query_ids, strict=True)
+                if doc_id is not None
+            ]
+            for query_scores, query_ids in zip(scores, named, strict=True)
+        ]
+
+    def search(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        dim: int,
+        kind: str = "exact",
+        scoring: str = "cosine",
+        *,
+        ef_search: int | None = None,
+        where: Filter | None = None,
+    ) -> SearchResult:
+        """The ``k`` best documents for each query, best first, from one index.
+
+        Queries may be full vectors or already cut to ``dim``; either way they are cut and
+        normalised here. Scores are cosines of the ``dim`` prefixes, or with ``scoring="sfs"``
+        mean fragment cosines. ``ef_search`` overrides the HNSW beam width for this search.
+        ``where`` keeps only documents whose metadata match it (see the module docstring); the
+        result's ``filtering`` says how it was applied. Its ``timings["search"]`` is the seconds
+        of the index work (listing a filter's rows and reading the hits' ids aside).
+        """
+        spec = self._spec(scoring, dim, kind)
+        k = check_count(k, "k")
+        queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
+        mapped = self._map(scoring, dim, queries)
+        timings: Timings = {}
+        filtering, allowed = self._resolve(where)
+        with self._lock.read():
+            k = min(k, max(self._count, 1))  # FAISS allocates n * k results
+            started = time.perf_counter()
+            if allowed is None:
+                scores, rows = self._indexes[spec.name].search(mapped, k, ef_search)
+            elif not len(allowed):
+                return SearchResult([[] for _ in mapped], timings, filtering)
+            else:
+                assert filtering is not None
+                scores, rows = self._filtered(spec, mapped, k, allowed, ef_search, filtering)
+            timings["search"] = time.perf_counter() - started
+            return SearchResult(self._hits(scores, rows), timings, filtering)
+
+    def search_c2f(
+        self,
+        query_vectors: np.ndarray,
+        k: int,
+        shortlist_dim: int,
+        factor: int = 4,
+        kind: str = "exact",
+        *,
+        ef_search: int | None = None,
+        where: Filter | None = None,
+    ) -> SearchResult:
+        """Coarse-to-fine: shortlist ``k * factor`` by cosine at the ``shortlist_dim`` prefix
+        with its ``kind`` index, then re-rank the shortlist exactly by full-dimension cosine
+        (:func:`index.rerank.rerank`) and keep ``k``. The prefix needs an index of that kind
+        (:class:`ValueError` otherwise); at the full dimension itself this is plain search there
+        with exact scores.
+
+        The result's ``timings`` holds the seconds of the ``"shortlist"`` and ``"rerank"``
+        steps. ``ef_search`` overrides the HNSW beam width of the shortlist search (at least the
+        shortlist's size is sensible). With ``where``, the shortlist holds only matching
+        documents (and so does the re-rank); when few match, they are all scored at the full
+        dimension, with no shortlist (only ``"rerank"`` is timed)."""
+        spec = self._spec("cosine", shortlist_dim, kind)
+        k = check_count(k, "k")
+        shortlist = k * check_count(factor, "factor")
+        queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
+        prefix = prefix_unit(queries, shortlist_dim)
+        full = unit_rows(queries)
+        timings: Timings = {}
+        filtering, allowed = self._resolve(where)
+        with self._lock.read():
+            if allowed is not None and not len(allowed):
+                return SearchResult([[] for _ in full], timings, filtering)
+            shortlist = min(shortlist, max(self._count, 1))
+            started = time.perf_counter()
+            if allowed is None:
+                _, candidates = self._indexes[spec.name].search(prefix, shortlist, ef_search)
+            elif len(allowed) <= self.filters.exact_subset_rows(max(self._count, 1)):
+                # Few matches: score them all at the full dimension; nothing to re-rank.
+                assert filtering is not None
+                best_scores, best_rows = self._exact_subset(full, k, allowed.rows, None)
+                filtering.update({"mode": "exact_subset", "matching": len(allowed)})
+                timings["rerank"] = time.perf_counter() - started
+                return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
+            else:
+                assert filtering is not None
+                _, candidates = self._filtered(
+                    spec, prefix, shortlist, allowed, ef_search, filtering
+                )
+            shortlisted = time.perf_counter()
+            kept = [rows[rows >= 0] for rows in candidates]
+            best_scores, positions = rerank(full, (self._vectors.gather(r) for r in kept), k)
+            best_rows = np.full(positions.shape, -1, dtype=np.int64)
+            for i, (rows, best) in enumerate(zip(kept, positions, strict=True)):
+                found = best >= 0
+                best_rows[i, found] = rows[best[found]]
+            timings["shortlist"] = shortlisted - started
+            timings["rerank"] = time.perf_counter() - shortlisted
+            return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
+
+    def stats(self) -> CollectionStats:
+        """Document count, change counter, per-index sizes and state, and how opening went."""
+        with self._lock.read():
+            return CollectionStats(
+                documents=self._count,
+                dim=self.dim,
+                prefix_dims=list(self.prefix_dims),
+                fragment_dim=self.fragment_dim,
+                change_counter=self._applied,
+                indexes={
+                    name: IndexStats.of(spec.scoring, self._indexes[name].stats())
+                    for name, spec in self._specs.items()
+                },
+                recovery=self._recovery,
+                full_vectors=self._vectors.stats(),
+                ingest_seconds=dict(self._ingest_seconds),
+            )

@@ -1,0 +1,105 @@
+"""What every part of an embedded collection shares: its attributes, which index each name
+is, and the space each index's vectors live in."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from index.embedded.store import Store
+from index.embedded.vector_file import VectorFile
+from index.faiss_indexes import HnswParams, PqParams, VectorIndex
+from index.filters import Filter
+from index.fragments import in_space
+from index.locking import ReadWriteLock
+from index.rowset import RowSet
+from index.types import DiskRecovery
+
+if TYPE_CHECKING:
+    from index.embedded.filter_plan import FilterParams
+
+SCORINGS = ("cosine", "sfs")
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """Which index: scoring (``cosine`` or ``sfs``), prefix dimension and kind."""
+
+    scoring: str
+    dim: int
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.scoring}-{self.dim}-{self.kind}"
+
+
+class CollectionState:
+    """The attributes of :class:`index.embedded.Collection`, set when it opens
+    (:class:`index.embedded.opening.Opening`), and the lookups every operation uses."""
+
+    path: Path
+    dim: int
+    prefix_dims: tuple[int, ...]
+    layout: dict[int, tuple[str, ...]]
+    index_kinds: tuple[str, ...]
+    fragment_dim: int | None
+    hnsw: HnswParams
+    pq: PqParams
+    pq_codebooks: dict[int, np.ndarray]
+    filters: FilterParams
+    opened_with_work: bool
+    _specs: dict[str, IndexSpec]
+    _store: Store
+    _lock: ReadWriteLock
+    _writer: threading.Lock
+    _vectors: VectorFile
+    _count: int
+    _indexes: dict[str, VectorIndex]
+    _recovery: DiskRecovery
+    _ingest_seconds: dict[str, float]
+    _applied: int | None
+    """The store change the indexes reflect; None while a write is updating them."""
+    _generation: int
+    """Bumped after every store commit: cached filter rows go stale."""
+    _filter_cache: OrderedDict[Filter, tuple[int, RowSet]]
+    _filter_cache_lock: threading.Lock
+
+    def _config(self, spec: IndexSpec) -> dict:
+        """Everything that decides an index's contents; a snapshot must match it to be used."""
+        config: dict = {"scoring": spec.scoring, "dim": spec.dim, "kind": spec.kind}
+        if spec.scoring == "sfs":
+            config["fragment_dim"] = self.fragment_dim
+        if spec.kind == "hnsw":  # efSearch is read at search time: it decides no contents
+            config["params"] = {k: v for k, v in asdict(self.hnsw).items() if k != "ef_search"}
+        if spec.kind == "pq":
+            config["params"] = asdict(self.pq)
+            codebooks = self._codebooks(spec)
+            if codebooks is not None:
+                config["codebooks_sha256"] = hashlib.sha256(codebooks.tobytes()).hexdigest()
+        return config
+
+    def _codebooks(self, spec: IndexSpec) -> np.ndarray | None:
+        """The given PQ centroids for a cosine PQ index at ``spec.dim``, if any."""
+        if spec.kind != "pq" or spec.scoring != "cosine":
+            return None
+        return self.pq_codebooks.get(spec.dim)
+
+    def _map(self, scoring: str, dim: int, matrix: np.ndarray) -> np.ndarray:
+        """Vectors (full or already cut to ``dim``) in the space of a ``scoring`` index."""
+        return in_space(scoring, dim, matrix, self.fragment_dim)
+
+    def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
+        spec = self._specs.get(IndexSpec(scoring, dim, kind).name)
+        if spec is None:
+            served = ", ".join(sorted(self._specs))
+            raise ValueError(
+                f"no {kind!r} index for scoring {scoring!r} at dim {dim!r}; served: {served}"
+            )
+        return spec
