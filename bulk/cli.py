@@ -63,7 +63,8 @@ def _cmd_ingest(args: argparse.Namespace, dataset_documents: DatasetDocuments) -
         if getattr(args, name) < 1:
             raise BulkError(f"--{name.replace('_', '-')} must be at least 1")
     if args.corpus is None:
-        return _ingest_dataset(args, dataset_documents)
+        _ingest_dataset(args, dataset_documents)
+        return None
     return _ingest_file(args)
 
 

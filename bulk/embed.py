@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Protocol
 
@@ -128,7 +129,7 @@ class ProcessEncoders:
     ) -> None:
         self._arguments = (bundle_dir, manifest, batch_tokens)
         self._processes = processes
-        self._pool = None
+        self._pool: Pool | None = None
 
     def encode(
         self, jobs: Sequence[Job], done: Callable[[int], object]

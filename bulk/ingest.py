@@ -131,15 +131,16 @@ def ingest_corpus(
                 summary.skipped += len(stored)
                 bar.update(len(stored))
                 records = [record for record in records if record.id not in stored]
-            documents, sent = [], []
+            documents: list[dict] = []
+            sent: list[Record] = []
             for record in records:
                 document = {"id": record.id, "text": record.text, "metadata": record.metadata}
-                reason = _unsendable(document)
-                if reason is None:
+                problem = _unsendable(document)
+                if problem is None:
                     documents.append(document)
                     sent.append(record)
                 else:
-                    reject(record.row, record.id, reason)
+                    reject(record.row, record.id, problem)
                     bar.update(1)
 
             def refused(position: int, message: str, sent: list[Record] = sent) -> None:

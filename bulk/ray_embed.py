@@ -47,6 +47,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -119,7 +120,7 @@ def cluster(address: str = LOCAL, cpus: int | None = None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
         if address == LOCAL:
             _start_local(cpus or available_cores(), quiet)

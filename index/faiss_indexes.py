@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import faiss
 import numpy as np
@@ -134,7 +134,8 @@ def _flat_contents(index: faiss.IndexIDMap) -> tuple[np.ndarray, np.ndarray]:
         return ids, inner.storage.reconstruct_n(0, inner.ntotal)
     if isinstance(inner, faiss.IndexHNSWFlat):
         inner = faiss.downcast_index(inner.storage)
-    vectors = faiss.vector_to_array(inner.codes).view(np.float32).reshape(-1, index.d)
+    codes = inner.codes  # type: ignore[attr-defined]  # downcast to an IndexFlat
+    vectors = faiss.vector_to_array(codes).view(np.float32).reshape(-1, index.d)
     return ids, vectors
 
 
@@ -157,8 +158,11 @@ def _hnsw_graph(dim: int, params: HnswParams, training: np.ndarray | None) -> fa
     if training is None:
         graph = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
     else:
-        graph = faiss.IndexHNSWSQ(
-            dim, faiss.ScalarQuantizer.QT_8bit, params.m, faiss.METRIC_INNER_PRODUCT
+        graph = faiss.IndexHNSWSQ(  # type: ignore[assignment]  # both are IndexHNSW
+            dim,
+            faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]  # the stubs want the object
+            params.m,
+            faiss.METRIC_INNER_PRODUCT,
         )
         graph.train(training)
     graph.hnsw.efConstruction = params.ef_construction
@@ -324,7 +328,7 @@ class HnswIndex(VectorIndex):
         self, queries: np.ndarray, k: int, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         # Parameters are made per call: the ID map rewrites their selector while it searches.
-        search_params = faiss.SearchParametersHNSW()
+        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
         search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
         if self._live_selector:
             search_params.sel = self._live_selector[0]
@@ -341,13 +345,13 @@ class HnswIndex(VectorIndex):
         node's row id first (a random read of an 8-byte-per-node array: 8 MB at a million);
         so the selector is a bitmap over the graph's own node numbers instead, made once per
         filter and graph state (:meth:`_node_bitmap`), and the graph is searched directly."""
-        search_params = faiss.SearchParametersHNSW()
+        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
         search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
         bitmap = self._node_bitmap(allowed)
         if bitmap is None:
             search_params.sel = allowed.selector()
             return self._index.search(queries, k, params=search_params)
-        search_params.sel = faiss.IDSelectorBitmap(bitmap)
+        search_params.sel = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg,arg-type]
         scores, nodes = self._index.index.search(queries, k, params=search_params)
         return scores, np.where(nodes >= 0, self._node_ids()[np.maximum(nodes, 0)], -1)
 
@@ -418,7 +422,7 @@ class HnswIndex(VectorIndex):
         """The graph's size from its parts (vector codes, links, levels, id map), not by
         serialising it: at millions of vectors that would copy gigabytes on every call."""
         graph = faiss.downcast_index(self._index.index)
-        hnsw = graph.hnsw
+        hnsw = graph.hnsw  # type: ignore[attr-defined]  # downcast to an IndexHNSW
         return (
             graph.ntotal * self.bytes_per_vector()
             + 4 * hnsw.neighbors.size()
@@ -492,7 +496,8 @@ class PqIndex(VectorIndex):
     def bytes_per_vector(self) -> int:
         if not self.trained:
             return super().bytes_per_vector()
-        return int(faiss.downcast_index(self._index.index).pq.code_size)
+        inner = faiss.downcast_index(self._index.index)
+        return int(inner.pq.code_size)  # type: ignore[attr-defined]  # downcast to an IndexPQ
 
     def stats(self) -> dict:
         """``trained`` False means the index still answers exactly, from a flat index;
@@ -549,10 +554,12 @@ def read_index(
         or index.metric_type != faiss.METRIC_INNER_PRODUCT
     ):
         raise ValueError(f"{path} does not hold a {dim}-d inner-product {kind} index")
-    if kind == "exact":
-        return ExactIndex(dim, index)
     if kind == "hnsw":
-        return HnswIndex(dim, hnsw, index, np.load(path.with_suffix(".deleted.npy")))
+        graph = cast(faiss.IndexIDMap, index)
+        return HnswIndex(dim, hnsw, graph, np.load(path.with_suffix(".deleted.npy")))
+    mapped = cast(faiss.IndexIDMap2, index)  # read_index returns the class that was saved
+    if kind == "exact":
+        return ExactIndex(dim, mapped)
     if pq_codebooks is not None:
-        return PqIndex(dim, pq, index, codebooks=pq_codebooks)
-    return PqIndex(dim, pq, index)
+        return PqIndex(dim, pq, mapped, codebooks=pq_codebooks)
+    return PqIndex(dim, pq, mapped)

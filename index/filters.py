@@ -399,11 +399,11 @@ def _sql(node: Filter, values: str, rows: str, params: list) -> str:
     # ``a and not b`` is ``a EXCEPT b``: only an ``and`` of negations alone subtracts from every
     # row (compound operators apply left to right, so the negations come last).
     positive = [child for child in node.children if _negated(child) is None]
-    negative = [_negated(child) for child in node.children if _negated(child) is not None]
+    negative = [n for child in node.children if (n := _negated(child)) is not None]
     if not positive:
         return _sql(Not(Or(tuple(negative))), values, rows, params)
     parts = [_sql(child, values, rows, params) for child in positive]
-    excluded = [_sql(child, values, rows, params) for child in negative if child is not None]
+    excluded = [_sql(child, values, rows, params) for child in negative]
     return " INTERSECT ".join(f"SELECT row_id FROM ({part})" for part in parts) + "".join(
         f" EXCEPT SELECT row_id FROM ({part})" for part in excluded
     )

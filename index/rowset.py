@@ -40,7 +40,8 @@ class RowSet:
 
     def selector(self) -> faiss.IDSelectorBitmap:
         """A FAISS selector of these rows (it keeps the bitmap alive)."""
-        return faiss.IDSelectorBitmap(self.bitmap)
+        # FAISS's Python layer takes the numpy bitmap (its SWIG stubs know only (n, pointer)).
+        return faiss.IDSelectorBitmap(self.bitmap)  # type: ignore[call-arg,arg-type]
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` (any shape; -1 for none) are in the set."""

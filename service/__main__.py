@@ -41,7 +41,7 @@ def main() -> int:
         # /search filter travels there as URL-encoded JSON. (h11's own limit is 16 KiB, and a
         # longer line was a plain-text 400 from the server, outside the contract.)
         h11_max_incomplete_event_size=settings.max_body_bytes,
-        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]  # a float works
     )
     serve(config, settings.shutdown_grace_s, runtime.drain)
     return 0

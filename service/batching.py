@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -367,5 +367,8 @@ class MicroBatcher:
         ticket.remaining -= 1
         if ticket.remaining == 0 and not ticket.future.done():
             ticket.future.set_result(
-                Encoded(np.stack(ticket.vectors), np.array(ticket.tokens, dtype=np.int64))
+                Encoded(
+                    np.stack(cast(list[np.ndarray], ticket.vectors)),  # every one delivered now
+                    np.array(ticket.tokens, dtype=np.int64),
+                )
             )

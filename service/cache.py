@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from contextlib import suppress
 from itertools import islice
+from typing import cast
 
 import numpy as np
 from redis.asyncio import Redis
@@ -148,7 +149,8 @@ class EmbeddingCache:
             return found
         self._succeeded()
         for position, value in enumerate(values):
-            found[position] = None if value is None else self._decode(value)
+            # bytes: the client does not decode responses
+            found[position] = None if value is None else self._decode(cast(bytes, value))
         hits = sum(entry is not None for entry in found)
         lookups.labels(result=CACHE_HIT).inc(hits)
         lookups.labels(result=CACHE_MISS).inc(len(texts) - hits)

@@ -281,7 +281,9 @@ def install_error_handlers(app: FastAPI) -> None:
         allowed = allowed_methods(request) if exc.status_code == 405 else None
         if allowed is not None:
             headers = {**(headers or {}), "Allow": allowed}
-        return error_response(request, exc.status_code, kind, str(exc.detail), headers=headers)
+        return error_response(
+            request, exc.status_code, kind, str(exc.detail), headers=dict(headers or {}) or None
+        )
 
     async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)

@@ -58,7 +58,10 @@ class DeclaredRoute:
 
 ROUTES = tuple(
     DeclaredRoute(
-        frozenset(route.methods), route.path_format, route.path_regex, route_kind(route.endpoint)
+        frozenset(route.methods or ()),
+        route.path_format,
+        route.path_regex,
+        route_kind(route.endpoint),
     )
     for router in ROUTERS
     for route in router.routes

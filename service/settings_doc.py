@@ -59,7 +59,7 @@ def values_text(field: FieldInfo) -> str:
         return f"list of {values_text(FieldInfo(annotation=item))}"
     if typing.get_origin(annotation) is typing.Literal:
         return " \\| ".join(f"`{choice}`" for choice in typing.get_args(annotation))
-    names = {
+    names: dict[object, str] = {
         bool: "`true` \\| `false`",
         int: "integer",
         float: "number",

@@ -130,7 +130,8 @@ class GracefulServer(uvicorn.Server):
         )
         if in_flight:
             await asyncio.wait(in_flight, timeout=self.grace_s)
-        self.config.timeout_graceful_shutdown = max(0.0, deadline - loop.time())
+        # uvicorn waits on it with asyncio, which takes a float (its annotation says int).
+        self.config.timeout_graceful_shutdown = max(0.0, deadline - loop.time())  # type: ignore[assignment]
         self.should_exit = True
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 import redis
@@ -187,7 +187,7 @@ def start_service(
 
 
 @contextmanager
-def live_service(bundle: Path, index_dir: Path, log: Path, **settings: object) -> Iterator[str]:
+def live_service(bundle: Path, index_dir: Path, log: Path, **settings: Any) -> Iterator[str]:
     """Run the service until the block ends (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``);
     yield its base URL once ``/ready`` answers 200. Its output goes to ``log``."""
     service = start_service(bundle, index_dir, log, **settings)

@@ -486,7 +486,8 @@ class Store:
         """Forget the log up to ``through``: a snapshot at that counter no longer needs it."""
         with self._transaction() as db:
             db.execute("DELETE FROM changes WHERE seq <= ?", (through,))
-            self._set_meta("pruned_through", str(max(through, int(self._meta("pruned_through")))))
+            pruned = int(self._meta("pruned_through") or 0)
+            self._set_meta("pruned_through", str(max(through, pruned)))
 
     def close(self) -> None:
         """Close every connection this store opened."""

@@ -67,7 +67,7 @@ def _sha256(data: np.ndarray) -> str:
     digest = hashlib.sha256()
     raw = data.reshape(-1).view(np.uint8)
     for start in range(0, len(raw), HASH_BLOCK):
-        digest.update(raw[start : start + HASH_BLOCK])
+        digest.update(raw[start : start + HASH_BLOCK].data)
     return digest.hexdigest()
 
 

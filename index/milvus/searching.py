@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from index.types import (
 )
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
 
 class Searching(Opening):
     """Reads, all with Strong consistency."""
@@ -48,16 +51,17 @@ class Searching(Opening):
         keys = list(dict.fromkeys(key_of(doc_id) for doc_id in doc_ids))
         for start in range(0, len(keys), params.READ_CHUNK):
             chunk = keys[start : start + params.READ_CHUNK]
-            rows = self._call(
-                "query",
-                lambda c, chunk=chunk: c.query(
+
+            def query(client: MilvusClient, chunk: list[str] = chunk) -> list[dict]:
+                return client.query(
                     self.name,
                     filter=keys_expression(chunk),
                     output_fields=[KEY, *fields],
                     limit=len(chunk),
                     consistency_level="Strong",
-                ),
-            )
+                )
+
+            rows = self._call("query", query)
             found.update((row[KEY], row) for row in rows)
         return found
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from index.milvus.filters import UnfilterableMetadata, filterable
 from index.milvus.opening import FILTERABLE, KEY, MAX_TEXT_BYTES, key_of
 from index.milvus.searching import Searching
 from index.vectors import unit_rows
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
 
 
 class Writing(Searching):
@@ -84,7 +87,11 @@ class Writing(Searching):
                 rows[start : start + params.UPSERT_CHUNK], unit[start : start + params.UPSERT_CHUNK]
             )
             mapped = time.perf_counter()
-            self._call("upsert", lambda c, chunk=chunk: c.upsert(self.name, chunk))
+
+            def upsert(client: MilvusClient, chunk: list[dict[str, Any]] = chunk) -> object:
+                return client.upsert(self.name, chunk)
+
+            self._call("upsert", upsert)
             mapping, sending = mapping + mapped - began, sending + time.perf_counter() - mapped
         self._ingest_seconds["full_vectors"] += mapping
         self._ingest_seconds["store"] += sending

@@ -11,7 +11,7 @@ ignored. Vectors are always L2-normalised, as OpenAI's are.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeGuard, cast
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,6 +61,14 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
+
+def _are_texts(items: list[str] | list[int] | list[list[int]]) -> TypeGuard[list[str]]:
+    return all(isinstance(item, str) for item in items)
+
+
+def _are_id_lists(items: list[str] | list[int] | list[list[int]]) -> TypeGuard[list[list[int]]]:
+    return all(isinstance(item, list) for item in items)
+
 @router.post("/v1/embeddings", responses=error_responses(404, 422, 429, 503, 504))
 @encodes_texts
 async def create_embeddings(
@@ -76,12 +84,13 @@ async def create_embeddings(
     label_request(request, dimension=str(dim))
     if isinstance(body.input, str):
         encoded = await runtime.embed([body.input])
-    elif all(isinstance(item, str) for item in body.input):
+    elif _are_texts(body.input):
         encoded = await runtime.embed(body.input)
-    elif all(isinstance(item, list) for item in body.input):
+    elif _are_id_lists(body.input):
         encoded = await runtime.embed_token_ids([tuple(map(int, ids)) for ids in body.input])
     else:
-        encoded = await runtime.embed_token_ids([tuple(map(int, body.input))])
+        ids = cast(list[int], body.input)  # the only shape left: one text's token ids
+        encoded = await runtime.embed_token_ids([tuple(map(int, ids))])
     vectors = prefix_vectors(encoded.vectors, dim)
     tokens = int(encoded.tokens.sum())
     return EmbeddingsResponse(
