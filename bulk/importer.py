@@ -3,15 +3,15 @@
 The default collection is opened exactly as the service opens it (:func:`index.catalog.catalog_for`,
 with the service's settings: ``FRACTAL_INDEX_BACKEND``, ``FRACTAL_INDEX_KINDS``, ``FRACTAL_HNSW_*``
 and the rest apply, and the indexes go at the coarse prefix, the bundle's C2F shortlist prefix and
-the fine one), so the service then serves it as it is. Those variables are read and checked by the
-service's settings class (:class:`service.settings.Settings`: pydantic, no FastAPI), the one place
-that defines them, and the only import of ``service`` in ``bulk``. Each shard is read and checked
+the fine one), so the service then serves it as it is. Those variables are read and checked by
+:class:`index.settings.StorageSettings`, the one place that defines them, which the service's
+settings extend. Each shard is read and checked
 whole (:func:`bulk.shards.read_shard`) before anything of it is written, then added with one upsert.
 On the embedded backend that is one SQLite transaction, so a shard is imported all or nothing, also
 when the process is killed, and at the end the indexes are snapshotted, so the service starts
 without rebuilding them. On Milvus a shard goes in acknowledged chunks
-(:data:`index.milvus.UPSERT_CHUNK`); a shard cut short is completed by importing it again, since
-upserts replace by id.
+(:data:`index.milvus.params.UPSERT_CHUNK`); a shard cut short is completed by importing it again,
+since upserts replace by id.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bulk.shards import read_shard
 from bundle import BundleError, load_bundle
 from index.backend import BackendUnavailable, DocumentRefused
 from index.catalog import IndexDirError, catalog_for
-from service.settings import Settings, describe_settings_error
+from index.settings import StorageSettings, describe_settings_error
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def import_shards(
     before it stay imported (and snapshotted), nothing of it is."""
     try:
         manifest = load_bundle(bundle_dir)
-        settings = Settings(bundle_dir=bundle_dir, index_dir=index_dir)
+        settings = StorageSettings(bundle_dir=bundle_dir, index_dir=index_dir)
     except BundleError as exc:
         raise BulkError(str(exc)) from exc
     except ValidationError as exc:

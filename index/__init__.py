@@ -6,7 +6,8 @@ prefix, behind one interface (:mod:`index.backend`, answering with :mod:`index.t
 - :mod:`index.milvus`: a collection held by a Milvus server.
 
 Numpy, FAISS, SQLite and the standard library only (and the bundle's manifest, which
-:mod:`index.catalog` reads): no HTTP, no torch, no imports from ``training`` or ``service``.
+:mod:`index.catalog` reads, and pydantic for :mod:`index.settings`, the variables that say where
+collections are stored): no HTTP, no torch, no imports from ``training`` or ``service``.
 :func:`index.catalog.catalog_for` opens collections in the configured backend for the service
 and ``fractal import``.
 """

@@ -21,8 +21,9 @@ Every setting of the service is an environment variable, `FRACTAL_` and the fiel
 capitals: `bundle_dir` is `FRACTAL_BUNDLE_DIR`. Lists are comma-separated. A bad value ends the
 process before it listens, with one `error: …` line naming the variable, and exit status 2.
 
-This page is generated from the fields of `service/settings.py` (`python -m service.settings_doc >
-docs/settings.md`); a test keeps it equal to what the code generates.
+This page is generated from the fields of `index/settings.py` (where and how collections are
+stored, which `fractal import` reads too) and `service/settings.py` (`python -m
+service.settings_doc > docs/settings.md`); a test keeps it equal to what the code generates.
 
 | variable | default | values | meaning |
 |---|---|---|---|

@@ -1,0 +1,203 @@
+"""The settings of where and how collections are stored: the ``FRACTAL_*`` variables that the
+service and ``fractal import`` read alike, so that both open a collection the same way
+(:func:`index.catalog.catalog_for`). The service's settings class extends this one.
+
+Every field is one variable: ``index_dir`` is ``FRACTAL_INDEX_DIR``. Lists
+(``FRACTAL_INDEX_KINDS``) are comma-separated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index.catalog import CatalogSettings, index_layout
+from index.faiss_indexes import HnswParams, PqParams
+
+ENV_PREFIX = "FRACTAL_"
+IndexKind = Literal["exact", "hnsw", "pq"]
+
+
+def split_list(value: object) -> object:
+    """A comma-separated variable as a tuple of its non-empty parts; anything else as it is."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+class StorageSettings(BaseSettings):
+    """The bundle, the index folder or Milvus server, and the indexes built. Each field's
+    description is its documentation (docs/settings.md)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    bundle_dir: Path = Field(
+        description="the bundle to serve (required; its manifest and every file's sha256 are "
+        "checked at start)"
+    )
+    index_dir: Path = Field(
+        Path("fractal-index"),
+        description="the SQLite store of record, the index snapshots, and which bundle made the "
+        "stored vectors",
+    )
+    index_backend: Literal["embedded", "milvus"] = Field(
+        "embedded",
+        description="where documents and indexes live: embedded (SQLite + FAISS in index_dir, "
+        "one store per replica) or milvus (a Milvus server shared by stateless replicas)",
+    )
+
+    index_kinds: Annotated[tuple[IndexKind, ...], NoDecode] = Field(
+        ("hnsw", "exact"),
+        description="index kinds (comma-separated: exact, hnsw, pq) built at the coarse prefix, "
+        "at the bundle's C2F shortlist prefix, and at the fine one unless fine_index_kinds says "
+        "otherwise; the first is the default",
+    )
+    fine_index_kinds: Annotated[tuple[IndexKind, ...] | None, NoDecode] = Field(
+        None,
+        description="index kinds at the fine prefix; unset = index_kinds, 'none' = no index "
+        "(fine queries go through C2F over the shortlist prefix's index, re-ranked from the "
+        "full vectors on disk: the tiered layout)",
+    )
+    full_vectors_dtype: Literal["float32", "float16"] = Field(
+        "float32",
+        description="the full vectors C2F re-ranks with, in a memory-mapped file in index_dir: "
+        "float32 (exact) or float16 (half the disk and page cache; cosines within ~1e-3)",
+    )
+    hnsw_m: int = Field(32, ge=2, description="HNSW graph degree (M)")
+    hnsw_ef_construction: int = Field(200, ge=1, description="HNSW beam width while building")
+    hnsw_ef_search: int = Field(128, ge=1, description="HNSW beam width while searching")
+    hnsw_storage: Literal["flat", "sq8"] = Field(
+        "flat",
+        description="HNSW vectors as float32 (flat) or 8-bit scalar-quantised codes (sq8: a "
+        "quarter of the bytes; float32 until 10,000 vectors exist to learn the ranges)",
+    )
+    pq_m: int = Field(
+        16,
+        ge=1,
+        description="PQ sub-quantisers (divides the coarse, shortlist and fine dims); where the "
+        "bundle ships PQ codebooks (MSHC) the index uses those instead",
+    )
+    pq_nbits: int = Field(8, ge=1, le=16, description="bits per PQ code")
+    sfs: bool = Field(False, description="build SFS indexes for a bundle without fragment_dim")
+    sfs_fragment_dim: int = Field(
+        32, ge=1, description="SFS fragment size when the bundle has none"
+    )
+    store_check: Literal["quick", "full", "off"] = Field(
+        "quick",
+        description="SQLite check of every store at start: quick (PRAGMA quick_check), full "
+        "(integrity_check), off (for very large stores on slow disks)",
+    )
+
+    milvus_uri: str = Field(
+        "http://127.0.0.1:19530",
+        description="the Milvus server (index_backend=milvus); a user:password@ part never "
+        "shows in logs or messages",
+    )
+    milvus_token: SecretStr | None = Field(
+        None, description="Milvus credentials, user:password or an API key (never logged)"
+    )
+    milvus_prefix: str = Field(
+        "fractal",
+        pattern=r"^[A-Za-z][A-Za-z0-9]{0,31}$",
+        description="Milvus collection names start with it (letters and digits): "
+        "{prefix}_default and {prefix}_c_{name}; deployments can share one Milvus",
+    )
+    milvus_timeout_s: float = Field(
+        10.0, gt=0, description="each Milvus call's deadline (then 503)"
+    )
+    milvus_connect_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        description="how long a start waits for Milvus to answer (then it fails with one line)",
+    )
+    milvus_ann_index: Literal["HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8"] = Field(
+        "HNSW",
+        description="the Milvus index type behind index kind hnsw (HNSW_SQ: 8-bit); the hnsw_* "
+        "settings apply to the HNSW types",
+    )
+    milvus_ivf_nlist: int = Field(1024, ge=1, description="IVF lists (IVF_* and kind pq)")
+    milvus_ivf_nprobe: int = Field(32, ge=1, description="IVF lists searched per query")
+
+    @field_validator("index_kinds", mode="before")
+    @classmethod
+    def _split_kinds(cls, value: object) -> object:
+        return split_list(value)
+
+    @field_validator("fine_index_kinds", mode="before")
+    @classmethod
+    def _split_fine_kinds(cls, value: object) -> object:
+        """Unset or empty: as ``index_kinds``; ``none``: no index at the fine prefix."""
+        if isinstance(value, str):
+            if value.strip().lower() == "none":
+                return ()
+            return split_list(value) or None
+        return value
+
+    @model_validator(mode="after")
+    def _check_kinds(self) -> StorageSettings:
+        if not self.index_kinds or len(set(self.index_kinds)) != len(self.index_kinds):
+            raise ValueError("index_kinds must list some of exact, hnsw, pq, each once")
+        fine = self.fine_index_kinds or ()
+        if len(set(fine)) != len(fine):
+            raise ValueError("fine_index_kinds must list each kind once")
+        return self
+
+    @property
+    def hnsw(self) -> HnswParams:
+        return HnswParams(
+            m=self.hnsw_m,
+            ef_construction=self.hnsw_ef_construction,
+            ef_search=self.hnsw_ef_search,
+            storage=self.hnsw_storage,
+        )
+
+    def index_layout(
+        self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
+    ) -> dict[int, tuple[str, ...]]:
+        """The index kinds built at each served prefix (:func:`index.catalog.index_layout`)."""
+        return index_layout(
+            self.index_kinds, self.fine_index_kinds, coarse_dim, fine_dim, shortlist_dim
+        )
+
+    @property
+    def pq(self) -> PqParams:
+        return PqParams(m=self.pq_m, nbits=self.pq_nbits)
+
+    @property
+    def catalog_settings(self) -> CatalogSettings:
+        """What opening the collections reads of these settings
+        (:func:`index.catalog.catalog_for`)."""
+        return CatalogSettings(
+            index_backend=self.index_backend,
+            index_dir=self.index_dir,
+            bundle_dir=self.bundle_dir,
+            index_kinds=self.index_kinds,
+            fine_index_kinds=self.fine_index_kinds,
+            hnsw=self.hnsw,
+            pq=self.pq,
+            full_vectors_dtype=self.full_vectors_dtype,
+            store_check=self.store_check,
+            sfs=self.sfs,
+            sfs_fragment_dim=self.sfs_fragment_dim,
+            milvus_uri=self.milvus_uri,
+            milvus_token=self.milvus_token.get_secret_value() if self.milvus_token else None,
+            milvus_prefix=self.milvus_prefix,
+            milvus_timeout_s=self.milvus_timeout_s,
+            milvus_connect_timeout_s=self.milvus_connect_timeout_s,
+            milvus_ann_index=self.milvus_ann_index,
+            milvus_ivf_nlist=self.milvus_ivf_nlist,
+            milvus_ivf_nprobe=self.milvus_ivf_nprobe,
+        )
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """One line naming the environment variables at fault, for a start-up failure."""
+    problems = []
+    for item in error.errors():
+        variable = f"{ENV_PREFIX}{item['loc'][0]}".upper() if item["loc"] else "settings"
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{variable}: {message}")
+    return "invalid settings: " + "; ".join(problems)
