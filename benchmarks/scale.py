@@ -606,7 +606,7 @@ def import_and_build(
         "collection_total_s": import_s
         + sum(graph["build"] + graph["snapshot"] for graph in graph_seconds.values()),
         "collection_indexes": {name: index.as_dict() for name, index in stats.indexes.items()},
-        "build_recovery": stats.recovery,
+        "build_recovery": stats.recovery.as_dict(),
     }
     return timings, labels, {dim: topk.ids for dim, topk in truth.items()}
 

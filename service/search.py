@@ -60,8 +60,8 @@ class SearchPlan:
 
 
 @dataclass(frozen=True)
-class Route:
-    """The path one query actually took."""
+class QueryPath:
+    """The path one query actually took (its answer's ``route``)."""
 
     granularity: str
     dimension: int
@@ -99,7 +99,7 @@ class FilterReport:
 
 @dataclass(frozen=True)
 class QueryResult:
-    route: Route
+    route: QueryPath
     auto: AutoDecision | None
     matches: list[Match]
     filter: FilterReport | None = None
@@ -210,10 +210,10 @@ class Searcher:
         """Whether an ``index`` index is built at the fine prefix."""
         return index in self.layout.get(self.manifest.fine_dim, ())
 
-    def _route(self, plan: SearchPlan, granularity: str) -> Route:
+    def _route(self, plan: SearchPlan, granularity: str) -> QueryPath:
         fine_by_c2f = plan.scoring == "cosine" and not self._at_fine(plan.index)
         if granularity == FINE and (plan.rerank == "c2f" or fine_by_c2f):
-            return Route(
+            return QueryPath(
                 FINE,
                 self.collection.dim,
                 plan.index,
@@ -223,9 +223,9 @@ class Searcher:
                 shortlist_k=plan.k * self.c2f_factor,
             )
         dimension = self.manifest.granularity[granularity]
-        return Route(granularity, dimension, plan.index, "none", plan.scoring)
+        return QueryPath(granularity, dimension, plan.index, "none", plan.scoring)
 
-    def _search(self, route: Route, vectors: np.ndarray, plan: SearchPlan) -> SearchResult:
+    def _search(self, route: QueryPath, vectors: np.ndarray, plan: SearchPlan) -> SearchResult:
         if route.rerank == "c2f":
             assert route.shortlist_dimension is not None
             return self.collection.search_c2f(
@@ -271,7 +271,7 @@ class Searcher:
             for decision in decisions
         ]
         routed = time.perf_counter()
-        groups: dict[Route, list[int]] = defaultdict(list)
+        groups: dict[QueryPath, list[int]] = defaultdict(list)
         for row, route in enumerate(routes):
             groups[route].append(row)
         hits: list[list[Hit]] = [[] for _ in routes]

@@ -51,7 +51,7 @@ def _open(spec: dict) -> tuple[object, dict]:
         layout={int(dim): kinds for dim, kinds in spec["layout"].items()},
         full_dtype=spec["full_dtype"],
     )
-    return collection, {"recovery": collection.stats().recovery}
+    return collection, {"recovery": collection.stats().recovery.as_dict()}
 
 
 def _search(opened: object, spec: dict, queries: np.ndarray) -> None:
