@@ -37,6 +37,7 @@ BENCHMARKS = (
     "embed_ray",
     "encoder_throughput",
     "filters",
+    "funnel_peers",
     "http_load",
     "index_latency",
     "low_dim",

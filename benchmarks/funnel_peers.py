@@ -1,0 +1,587 @@
+"""The fine route against the engines a user would pick instead, at equal recall, on one machine.
+
+    python -m benchmarks funnel_peers --documents 1000000 --work-dir /data/peers   # 1M (an hour)
+    python -m benchmarks funnel_peers --documents 200000 --out /tmp/peers          # minutes
+    python -m benchmarks funnel_peers --smoke --out DIR                            # seconds
+
+Every engine indexes the same unit vectors and answers the same queries, one at a time on one
+thread; recall@10 is against exact search at the full dimension. The engines:
+
+- ``fractal``: the fine route as the service runs it on the tiered layout, i.e.
+  :meth:`index.Collection.search_c2f` over an SQ8 HNSW graph at the shortlist prefix and float16
+  full vectors memory-mapped, re-ranked exactly, hits named from SQLite (knobs: efSearch and the
+  shortlist factor);
+- ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
+- ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
+  and the refine factor);
+- ``usearch_i8``: usearch with int8 vectors in the graph, then an exact re-rank from float16 full
+  vectors memory-mapped (``expansion_search`` and the shortlist factor);
+- ``qdrant_int8``: Qdrant's engine in-process (``qdrant-edge-py``): int8 scalar quantization in
+  RAM, the originals on disk, rescored (``hnsw_ef`` and oversampling), optimised before timing.
+
+Each engine builds and saves its index in one fresh process, then opens the saved index and
+answers every query at every knob setting in another (so that no memory the build freed is reused
+unseen). Memory is the growth of the second process's ``RssAnon`` (anonymous) and ``RssFile``
+(file-backed) from just before the index is opened to after the queries; the base vectors and
+queries are loaded before it, so they count in neither (code pages a first search touches do,
+a constant that vanishes per document at scale). Latency is the per-query p50 / p99 of the
+engine's own Python call. At each recall floor an engine is represented by its cheapest setting
+(lowest p50) reaching it.
+
+Vectors come from ``toy_labelled`` (labelled clusters, the smoke run and any run without
+``--bundle``) or from the labelled mixture fitted to ``--bundle``'s real embeddings
+(:mod:`benchmarks.harness.labelled_mixture`), with held-out real CLINC-150 queries.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from benchmarks.harness.labelled_mixture import LabelledMixture, labelled_real, toy_labelled
+from benchmarks.harness.markdown import markdown_table, targets_table
+from benchmarks.harness.process_memory import status_bytes
+from benchmarks.harness.runner import Progress, option
+from benchmarks.harness.search_measure import exact_neighbours, recall_at_k
+
+K = 10
+ENGINES = ("fractal", "faiss_flat", "faiss_sq8_refine", "usearch_i8", "qdrant_int8")
+FLOORS = (0.95, 0.97, 0.99)
+QDRANT_FULL_SCAN_KB = 10_000
+"""Qdrant's default: a segment whose vectors take less is searched exactly, not by its graph."""
+TARGET_P50_RATIO = 0.8
+"""Fractal's p50 at each floor must be at most this times the fastest peer's."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    documents: int = option(1_000_000, "documents indexed by every engine")
+    queries: int = option(1_000, "queries (held-out real texts with --bundle)")
+    dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
+    shortlist_dim: int = option(192, "Fractal's shortlist prefix")
+    m: int = option(32, "graph degree (M, connectivity) of every engine")
+    ef_construction: int = option(100, "beam width while building, every engine")
+    ef_values: tuple[int, ...] = option(
+        (16, 24, 32, 48, 64, 96, 128, 192, 256), "efSearch values swept"
+    )
+    factors: tuple[int, ...] = option((2, 4, 8), "shortlist, refine and oversampling factors")
+    engines: tuple[str, ...] = option(ENGINES, "engines to run, comma-separated")
+    bundle: Path | None = option(None, "bundle whose real embeddings the mixture is fitted to")
+    work_dir: Path | None = option(None, "where the indexes are built (default: a temp folder)")
+    seed: int = option(17, "random seed")
+
+
+SMOKE = Settings(
+    documents=3_000,
+    queries=40,
+    dim=64,
+    shortlist_dim=32,
+    m=16,
+    ef_construction=40,
+    ef_values=(16, 64),
+    factors=(2, 4),
+)
+
+
+def _data(settings: Settings, progress: Progress) -> tuple[np.ndarray, np.ndarray]:
+    """Unit base vectors and unit queries, float32."""
+    if settings.bundle is None:
+        toy = toy_labelled(settings.documents + settings.queries, settings.dim, settings.seed)
+        base, queries = toy.vectors[: settings.documents], toy.vectors[settings.documents :]
+    else:
+        from training.data.registry import data_dir
+
+        progress(f"embedding the real sentences with the encoder of {settings.bundle} (minutes)")
+        real = labelled_real(
+            data_dir(), settings.queries, settings.seed, progress.enabled, settings.bundle
+        )
+        mixture = LabelledMixture.fit(real.base, rank=8, unlabelled_components=64, seed=1)
+        base = mixture.sample(settings.documents, settings.seed).vectors
+        queries = real.queries.vectors
+    base, queries = (
+        np.ascontiguousarray(m / np.linalg.norm(m, axis=1, keepdims=True), np.float32)
+        for m in (base, queries)
+    )
+    return base, queries
+
+
+Knob = dict[str, int]
+Searcher = Callable[[np.ndarray, Knob], np.ndarray]
+"""Answers one ``(1, dim)`` query at one knob setting with the ids of its ``K`` best."""
+
+
+def _knobs(settings: Settings, second: str | None) -> list[Knob]:
+    if second is None:
+        return [{"ef": ef} for ef in settings.ef_values]
+    return [{"ef": ef, second: f} for ef in settings.ef_values for f in settings.factors]
+
+
+def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """The ``K`` best of ``rows`` by exact inner product with the float16 ``vectors``."""
+    scores = vectors[rows].astype(np.float32) @ query
+    return rows[np.argsort(-scores, kind="stable")[:K]]
+
+
+def fractal(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    """Build the tiered collection, close it, and return an opener of the saved one."""
+    from index import Collection, HnswParams
+
+    def collection() -> Collection:
+        return Collection(
+            folder,
+            dim=base.shape[1],
+            prefix_dims=(settings.shortlist_dim, base.shape[1]),
+            index_kinds=("hnsw",),
+            hnsw=HnswParams(m=settings.m, ef_construction=settings.ef_construction, storage="sq8"),
+            layout={settings.shortlist_dim: ("hnsw",)},
+            full_dtype="float16",
+        )
+
+    if build:
+        built = collection()
+        for start in range(0, len(base), 50_000):
+            chunk = base[start : start + 50_000]
+            ids = [str(i) for i in range(start, start + len(chunk))]
+            built.upsert(ids, [""] * len(ids), chunk)
+        built.snapshot()
+        built.close()
+
+    def opened() -> Searcher:
+        served = collection()
+
+        def search(query: np.ndarray, knob: Knob) -> np.ndarray:
+            result = served.search_c2f(
+                query, K, settings.shortlist_dim, knob["factor"], "hnsw", ef_search=knob["ef"]
+            )
+            return np.array([int(hit.id) for hit in result.hits[0]], np.int64)
+
+        return search
+
+    return opened, _knobs(settings, "factor")
+
+
+def _faiss(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool, spec: str
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    import faiss
+
+    if build:
+        index = faiss.index_factory(base.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
+        graph = faiss.downcast_index(index if "Refine" not in spec else index.base_index)
+        graph.hnsw.efConstruction = settings.ef_construction
+        index.train(base[: min(len(base), 100_000)])
+        index.add(base)
+        faiss.write_index(index, str(folder / "faiss.index"))
+    refine = "Refine" in spec
+
+    def opened() -> Searcher:
+        loaded = faiss.read_index(str(folder / "faiss.index"))
+
+        def search(query: np.ndarray, knob: Knob) -> np.ndarray:
+            hnsw = faiss.SearchParametersHNSW(efSearch=knob["ef"])
+            params = (
+                faiss.IndexRefineSearchParameters(k_factor=knob["refine"], base_index_params=hnsw)
+                if refine
+                else hnsw
+            )
+            return loaded.search(query, K, params=params)[1][0]
+
+        return search
+
+    return opened, _knobs(settings, "refine" if refine else None)
+
+
+def faiss_flat(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    return _faiss(settings, base, folder, build, f"HNSW{settings.m},Flat")
+
+
+def faiss_sq8_refine(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    return _faiss(settings, base, folder, build, f"HNSW{settings.m}_SQ8,Refine(SQfp16)")
+
+
+def usearch_i8(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    from usearch.index import Index
+
+    full = folder / "full.f16"
+    if build:
+        index = Index(
+            ndim=base.shape[1],
+            metric="ip",
+            dtype="i8",
+            connectivity=settings.m,
+            expansion_add=settings.ef_construction,
+        )
+        index.add(np.arange(len(base), dtype=np.uint64), base, threads=os.cpu_count() or 1)
+        index.save(str(folder / "usearch.index"))
+        np.asarray(base, np.float16).tofile(full)
+    shape = base.shape
+
+    def opened() -> Searcher:
+        loaded = Index.restore(str(folder / "usearch.index"))
+        vectors = np.memmap(full, np.float16, "r", shape=shape)
+
+        def search(query: np.ndarray, knob: Knob) -> np.ndarray:
+            loaded.expansion_search = knob["ef"]
+            found = loaded.search(query[0], K * knob["factor"], threads=1)
+            return _top_k(query[0], np.asarray(found.keys, np.int64), vectors)
+
+        return search
+
+    return opened, _knobs(settings, "factor")
+
+
+def qdrant_int8(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    import qdrant_edge as q
+
+    config = q.EdgeConfig(
+        vectors={
+            "v": q.EdgeVectorParams(
+                size=base.shape[1],
+                distance=q.Distance.Dot,
+                on_disk=True,
+                quantization_config=q.ScalarQuantizationConfig(
+                    type=q.ScalarType.Int8, always_ram=True
+                ),
+                hnsw_config=q.HnswIndexConfig(
+                    m=settings.m,
+                    ef_construct=settings.ef_construction,
+                    full_scan_threshold=QDRANT_FULL_SCAN_KB,
+                ),
+            )
+        },
+        max_search_threads=1,
+    )
+    path = folder / "qdrant"
+    if build:
+        path.mkdir()
+        shard = q.EdgeShard.create(str(path), config)
+        for start in range(0, len(base), 1_000):
+            points = [
+                q.Point(start + i, {"v": vector.tolist()})
+                for i, vector in enumerate(base[start : start + 1_000])
+            ]
+            shard.update(q.UpdateOperation.upsert_points(points))
+        shard.optimize()
+        shard.flush()
+        shard.close()
+
+    def opened() -> Searcher:
+        loaded = q.EdgeShard.load(str(path))
+
+        def search(query: np.ndarray, knob: Knob) -> np.ndarray:
+            request = q.QueryRequest(
+                query=q.Query.Nearest(query[0].tolist(), using="v"),
+                limit=K,
+                params=q.SearchParams(
+                    hnsw_ef=knob["ef"],
+                    quantization=q.QuantizationSearchParams(
+                        rescore=True, oversampling=float(knob["oversampling"])
+                    ),
+                ),
+            )
+            return np.array([int(point.id) for point in loaded.query(request)], np.int64)
+
+        return search
+
+    return opened, _knobs(settings, "oversampling")
+
+
+BUILDERS = {
+    "fractal": fractal,
+    "faiss_flat": faiss_flat,
+    "faiss_sq8_refine": faiss_sq8_refine,
+    "usearch_i8": usearch_i8,
+    "qdrant_int8": qdrant_int8,
+}
+
+
+def _memory() -> dict[str, int]:
+    pid = os.getpid()
+    return {field: status_bytes(pid, field) for field in ("RssAnon", "RssFile")}
+
+
+def build_engine(name: str, settings: Settings, data: Path, folder: Path) -> dict:
+    """Build the engine's index over the base vectors and save it in ``folder``."""
+    base = np.load(data / "base.npy")
+    started = time.perf_counter()
+    BUILDERS[name](settings, base, folder, True)
+    return {"build_seconds": time.perf_counter() - started}
+
+
+def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> dict:
+    """Open the saved index (in a process that did not build it, so that no memory freed by
+    the build is reused unseen) and answer every query at every knob setting."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    base = np.load(data / "base.npy")
+    queries = np.load(data / "queries.npy")
+    truth = np.load(data / "truth.npy")
+    opener, knobs = BUILDERS[name](settings, base, folder, False)
+    gc.collect()
+    before = _memory()
+    search = opener()
+    search(queries[:1], knobs[0])  # warm-up
+    rows = []
+    for knob in knobs:
+        found = np.full((len(queries), K), -1, np.int64)
+        timings = np.empty(len(queries))
+        for i in range(len(queries)):
+            row = queries[i : i + 1]
+            start = time.perf_counter_ns()
+            ids = search(row, knob)
+            timings[i] = time.perf_counter_ns() - start
+            found[i, : len(ids)] = ids[:K]
+        rows.append(
+            {
+                **knob,
+                "recall_at_10": recall_at_k(found, truth, K),
+                "p50_us": float(np.percentile(timings, 50)) / 1e3,
+                "p99_us": float(np.percentile(timings, 99)) / 1e3,
+            }
+        )
+    after = _memory()
+    documents = len(base)
+    return {
+        "engine": name,
+        "anon_bytes_per_doc": (after["RssAnon"] - before["RssAnon"]) / documents,
+        "file_bytes_per_doc": (after["RssFile"] - before["RssFile"]) / documents,
+        "disk_bytes_per_doc": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        / documents,
+        "sweep": rows,
+    }
+
+
+def _child(
+    step: str, name: str, settings: Settings, data: Path, folder: Path, answer: Path
+) -> None:
+    work = build_engine if step == "build" else measure_engine
+    answer.write_text(json.dumps(work(name, settings, data, folder)), encoding="utf-8")
+
+
+@contextmanager
+def _work(settings: Settings) -> Iterator[Path]:
+    if settings.work_dir is not None:
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="funnel-peers-", dir=settings.work_dir))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def operating_points(engine: dict) -> dict[str, dict | None]:
+    """Per recall floor, the engine's setting with the lowest p50 reaching it (None if none)."""
+    points: dict[str, dict | None] = {}
+    for floor in FLOORS:
+        reaching = [row for row in engine["sweep"] if row["recall_at_10"] >= floor]
+        points[str(floor)] = min(reaching, key=lambda row: row["p50_us"]) if reaching else None
+    return points
+
+
+def targets(engines: Sequence[dict]) -> list[dict]:
+    by_name = {engine["engine"]: engine for engine in engines}
+    found = []
+    fractal = by_name.get("fractal")
+    peers = [engine for name, engine in by_name.items() if name != "fractal"]
+    if fractal is None or not peers:
+        return found
+    for floor in map(str, FLOORS):
+        ours = fractal["points"][floor]
+        best = min(
+            (p["points"][floor] | {"engine": p["engine"]} for p in peers if p["points"][floor]),
+            key=lambda row: row["p50_us"],
+            default=None,
+        )
+        if ours is None or best is None:
+            reached = "floor not reached by " + ("fractal" if ours is None else "any peer")
+            met = False
+        else:
+            ratio = ours["p50_us"] / best["p50_us"]
+            reached = (
+                f"{ratio:.2f}× {best['engine']} "
+                f"(p99 {ours['p99_us']:.0f} vs {best['p99_us']:.0f} µs)"
+            )
+            met = ratio <= TARGET_P50_RATIO and ours["p99_us"] <= best["p99_us"]
+        found.append(
+            {
+                "target": f"fine route p50 ≤ {TARGET_P50_RATIO}× the fastest peer's and p99 ≤ "
+                f"its p99, at recall@10 ≥ {floor}",
+                "reached": reached,
+                "met": met,
+            }
+        )
+    qdrant = by_name.get("qdrant_int8")
+    if qdrant is not None:
+        ours_bytes = fractal["anon_bytes_per_doc"] + fractal["file_bytes_per_doc"]
+        theirs = qdrant["anon_bytes_per_doc"] + qdrant["file_bytes_per_doc"]
+        found.append(
+            {
+                "target": "resident memory per document (anonymous + file-backed) ≤ Qdrant's",
+                "reached": f"{ours_bytes:.0f} B vs {theirs:.0f} B",
+                "met": ours_bytes <= theirs,
+            }
+        )
+    return found
+
+
+def run(settings: Settings, progress: Progress) -> dict:
+    unknown = sorted(set(settings.engines) - set(BUILDERS))
+    if unknown:
+        raise SystemExit(f"error: unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    base, queries = _data(settings, progress)
+    truth = exact_neighbours(base, queries, K)
+    engines = []
+    with _work(settings) as work:
+        data = work / "data"
+        data.mkdir()
+        for name, array in (("base", base), ("queries", queries), ("truth", truth)):
+            np.save(data / f"{name}.npy", array)
+        del base
+        context = multiprocessing.get_context("spawn")
+        for name in settings.engines:
+            folder = work / name
+            folder.mkdir()
+            engine: dict = {}
+            for step in ("build", "measure"):
+                progress(f"{name}: {step} (a fresh process)")
+                answer = work / f"{name}.{step}.json"
+                child = context.Process(
+                    target=_child, args=(step, name, settings, data, folder, answer)
+                )
+                child.start()
+                child.join()
+                if child.exitcode != 0:
+                    raise RuntimeError(f"{name}: the {step} process exited {child.exitcode}")
+                engine |= json.loads(answer.read_text(encoding="utf-8"))
+            engine["points"] = operating_points(engine)
+            engines.append(engine)
+            shutil.rmtree(folder, ignore_errors=True)
+    return {
+        "settings": asdict(settings),
+        "engines": engines,
+        "targets": targets(engines),
+        "machine": {"faiss_threads": 1},
+    }
+
+
+def _cell(point: dict | None) -> str:
+    return "—" if point is None else f"{point['p50_us']:.0f} / {point['p99_us']:.0f}"
+
+
+def markdown(report: dict) -> str:
+    settings = report["settings"]
+    machine = report["machine"]
+    data = (
+        "toy labelled vectors"
+        if settings["bundle"] is None
+        else f"the labelled mixture fitted to {settings['bundle']}'s real embeddings, with "
+        "held-out real CLINC-150 queries"
+    )
+    header = ["engine", "RAM B/doc anon + file", "disk B/doc", "build s"] + [
+        f"p50 / p99 µs at recall ≥ {floor}" for floor in FLOORS
+    ]
+    rows = [
+        [
+            f"`{engine['engine']}`",
+            f"{engine['anon_bytes_per_doc']:.0f} + {engine['file_bytes_per_doc']:.0f}",
+            f"{engine['disk_bytes_per_doc']:.0f}",
+            f"{engine['build_seconds']:.1f}",
+            *(_cell(engine["points"][str(floor)]) for floor in FLOORS),
+        ]
+        for engine in report["engines"]
+    ]
+    sweeps = []
+    for engine in report["engines"]:
+        knobs = [
+            key for key in engine["sweep"][0] if key not in ("recall_at_10", "p50_us", "p99_us")
+        ]
+        sweeps.append(
+            f"### `{engine['engine']}`\n\n"
+            + markdown_table(
+                [*knobs, "recall@10", "p50 µs", "p99 µs"],
+                [
+                    [
+                        *(str(row[key]) for key in knobs),
+                        f"{row['recall_at_10']:.3f}",
+                        f"{row['p50_us']:.0f}",
+                        f"{row['p99_us']:.0f}",
+                    ]  # fmt: skip
+                    for row in engine["sweep"]
+                ],
+            )
+        )
+    return "\n\n".join(
+        [
+            f"# The fine route against its peers{' (smoke run)' if report['smoke'] else ''}",
+            f"Measured by `{report['command']}` on {machine.get('cpu_model', 'this CPU')} "
+            f"(load average at the end {machine.get('load_average_1_5_15_min_at_end')}).",
+            "\n".join(
+                f"- {line}"
+                for line in [
+                    f"{settings['documents']:,} documents, {settings['dim']}-d unit vectors: "
+                    f"{data}; {settings['queries']:,} queries, k = {K}, one query per call, "
+                    "one thread; recall@10 against exact search at the full dimension",
+                    f"every graph M = {settings['m']}, efConstruction = "
+                    f"{settings['ef_construction']}; efSearch swept over {settings['ef_values']}, "
+                    f"factors over {settings['factors']}; Fractal's shortlist prefix "
+                    f"{settings['shortlist_dim']}",
+                    "each engine built, saved and reopened in a fresh process; RAM is that "
+                    "process's RssAnon and RssFile growth from before opening the saved index "
+                    "to after the queries; a cell is the engine's lowest p50 reaching the floor",
+                ]
+            ),
+            "## At equal recall\n\n" + markdown_table(header, rows),
+            "## Targets\n\n" + targets_table(report["targets"]),
+            "## Sweeps\n\n" + "\n\n".join(sweeps),
+        ]
+    )
+
+
+def plot(report: dict, path: Path) -> None:
+    figure = Figure(figsize=(7, 4.5))
+    axes = figure.subplots()
+    for engine in report["engines"]:
+        rows = sorted(engine["sweep"], key=lambda row: row["recall_at_10"])
+        frontier, best = [], np.inf
+        for row in sorted(rows, key=lambda row: -row["recall_at_10"]):
+            if row["p50_us"] < best:
+                best = row["p50_us"]
+                frontier.append(row)
+        frontier.sort(key=lambda row: row["recall_at_10"])
+        axes.plot(
+            [row["recall_at_10"] for row in frontier],
+            [row["p50_us"] for row in frontier],
+            marker="o",
+            label=engine["engine"],
+        )
+    axes.set_xlabel("recall@10")
+    axes.set_ylabel("p50 µs per query (1 thread)")
+    axes.set_yscale("log")
+    axes.set_title(f"{report['settings']['documents']:,} documents: the fastest setting per recall")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)

@@ -1,0 +1,67 @@
+"""The fine route against its peers: a smoke run of every engine, and the equal-recall choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import funnel_peers
+from tests.benchmarks.smoke import run_smoke
+
+
+def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
+    paths, report = run_smoke("funnel_peers", tmp_path)
+    assert sorted(path.name for path in paths) == [
+        f"funnel_peers_smoke.{suffix}" for suffix in ("json", "md", "png")
+    ]
+    settings = funnel_peers.SMOKE
+    assert [engine["engine"] for engine in report["engines"]] == list(funnel_peers.ENGINES)
+    for engine in report["engines"]:
+        knobs = len(settings.ef_values) * (
+            1 if engine["engine"] == "faiss_flat" else len(settings.factors)
+        )
+        assert len(engine["sweep"]) == knobs, engine["engine"]
+        assert all(0.0 <= row["recall_at_10"] <= 1.0 for row in engine["sweep"])
+        assert all(row["p99_us"] >= row["p50_us"] > 0 for row in engine["sweep"])
+        assert engine["build_seconds"] > 0 and engine["disk_bytes_per_doc"] > 0
+    # Every peer's widest setting finds nearly all of the true neighbours of these toy clusters
+    # (3,000 points: a graph walk at efSearch 64 is close to exhaustive).
+    for engine in report["engines"]:
+        if engine["engine"] != "fractal":
+            assert max(row["recall_at_10"] for row in engine["sweep"]) >= 0.9, engine["engine"]
+    markdown = (tmp_path / "funnel_peers_smoke.md").read_text(encoding="utf-8")
+    assert "## At equal recall" in markdown and "`qdrant_int8`" in markdown
+
+
+def test_an_engine_is_represented_by_its_fastest_setting_reaching_each_floor() -> None:
+    sweep = [
+        {"ef": 16, "recall_at_10": 0.94, "p50_us": 10.0, "p99_us": 20.0},
+        {"ef": 32, "recall_at_10": 0.96, "p50_us": 30.0, "p99_us": 50.0},
+        {"ef": 48, "recall_at_10": 0.98, "p50_us": 25.0, "p99_us": 60.0},  # faster and better
+        {"ef": 64, "recall_at_10": 0.985, "p50_us": 40.0, "p99_us": 70.0},
+    ]
+    points = funnel_peers.operating_points({"sweep": sweep})
+    assert points["0.95"] == sweep[2] and points["0.97"] == sweep[2]
+    assert points["0.99"] is None
+
+
+def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
+    def engine(name: str, p50: float, p99: float, memory: float) -> dict:
+        row = {"ef": 1, "recall_at_10": 0.995, "p50_us": p50, "p99_us": p99}
+        return {
+            "engine": name,
+            "sweep": [row],
+            "points": {str(floor): row for floor in funnel_peers.FLOORS},
+            "anon_bytes_per_doc": memory,
+            "file_bytes_per_doc": 0.0,
+        }
+
+    engines = [
+        engine("fractal", 80.0, 150.0, 300.0),
+        engine("faiss_flat", 120.0, 140.0, 1000.0),
+        engine("qdrant_int8", 100.0, 200.0, 400.0),
+    ]
+    found = funnel_peers.targets(engines)
+    # 80 / 100 = 0.8 of the fastest peer (qdrant), and p99 150 ≤ its 200: met.
+    assert [target["met"] for target in found[:3]] == [True, True, True]
+    assert found[0]["reached"].startswith("0.80× qdrant_int8")
+    assert found[3]["met"] is True and found[3]["reached"] == "300 B vs 400 B"
