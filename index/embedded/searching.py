@@ -37,17 +37,16 @@ class Searching(FilterPlanning):
         ids of every query's rows read in one store query (a row removed from the store whose
         removal the indexes have not applied yet is still named: the search saw that state).
         Called under the read lock, so the ids are those of the state the search saw."""
-        found = rows >= 0
-        doc_ids = iter(self._store.doc_ids_of(rows[found].tolist()))
-        named = np.full(rows.shape, None, dtype=object)
-        named[found] = [next(doc_ids) for _ in range(int(found.sum()))]
+        row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
+        present = [row for query_rows in row_lists for row in query_rows if row >= 0]
+        names = dict(zip(present, self._store.doc_ids_of(present), strict=True))
         return [
             [
-                Hit(doc_id, float(score))
-                for score, doc_id in zip(query_scores, query_ids, strict=True)
-                if doc_id is not None
+                Hit(doc_id, score)
+                for row, score in zip(query_rows, query_scores, strict=True)
+                if row >= 0 and (doc_id := names[row]) is not None
             ]
-            for query_scores, query_ids in zip(scores, named, strict=True)
+            for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
         ]
 
     def search(

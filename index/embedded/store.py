@@ -81,6 +81,8 @@ structure, O(size); about 0.1 s for 100K documents of 384-d, 210 MB, from the pa
 all. Neither can see bytes changed inside a stored value: SQLite keeps no checksums of data."""
 CORRUPT_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 MAX_LISTED_PROBLEMS = 3
+ROWS_PER_LOOKUP = 500
+"""Row ids bound as parameters of one lookup query (a search names k rows per query)."""
 
 
 class StoreCorrupt(ValueError):
@@ -435,23 +437,20 @@ class Store:
         """The string ids of these rows in the order given: of present documents, and of rows
         removed since the last pruning of the log (None for an older one). One query, and a
         second only when some row is no longer present."""
-        wanted = json.dumps([int(row) for row in rows])
+        wanted = list(dict.fromkeys(int(row) for row in rows))
         db = self._reader()
-        found = dict(
-            db.execute(
-                "SELECT row_id, doc_id FROM documents "
-                "WHERE row_id IN (SELECT value FROM json_each(?))",
-                (wanted,),
-            ).fetchall()
-        )
-        if len(found) < len(set(rows)):
-            found |= dict(
-                db.execute(
-                    "SELECT row_id, doc_id FROM changes WHERE op = 'remove' "
-                    "AND row_id IN (SELECT value FROM json_each(?))",
-                    (wanted,),
+        found: dict[int, str] = {}
+        for table, condition in (("documents", ""), ("changes", "op = 'remove' AND ")):
+            missing = [row for row in wanted if row not in found]
+            for start in range(0, len(missing), ROWS_PER_LOOKUP):
+                chunk = missing[start : start + ROWS_PER_LOOKUP]
+                found |= db.execute(
+                    f"SELECT row_id, doc_id FROM {table} "  # the two names are constants
+                    f"WHERE {condition}row_id IN ({', '.join('?' * len(chunk))})",
+                    chunk,
                 ).fetchall()
-            )
+            if len(found) == len(wanted):
+                break
         return [found.get(int(row)) for row in rows]
 
     def changes_since(self, counter: int) -> ChangeSet:
