@@ -106,7 +106,9 @@ BAD_BODIES: list[tuple[Callable[[dict], None], str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("spoil", "param", "message"), BAD_BODIES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize(
+    ("spoil", "param", "message"), BAD_BODIES, ids=lambda v: getattr(v, "__name__", str(v))
+)
 def test_bad_vectors_get_one_422_and_nothing_is_stored(
     client: TestClient,
     manifest: Manifest,
