@@ -1,6 +1,6 @@
 """The Milvus backend's writes in chunks and its C2F, against a real ``milvus-lite`` server.
 
-An upsert larger than :data:`index.milvus.UPSERT_CHUNK` is sent chunk by chunk, each chunk's
+An upsert larger than :data:`index.milvus.params.UPSERT_CHUNK` is sent chunk by chunk, each chunk's
 vector fields made just before it goes, and a document Milvus cannot hold stops the upsert
 before anything is sent. C2F's shortlist search returns the shortlist's full vectors with it,
 and the re-rank is the exact C2F pipeline (the best ``k × factor`` by cosine at the shortlist
