@@ -228,7 +228,7 @@ def service_settings(settings: Settings, backend: str, index_dir: Path, uri: str
 
 def _open(settings: Settings, manifest: Manifest, chosen: dict) -> IndexBackend:
     """The default collection, opened by the service's factory."""
-    return catalog_for(ServiceSettings(**chosen).catalog_settings, manifest).open_default()
+    return catalog_for(ServiceSettings(**chosen), manifest).open_default()
 
 
 def _metadata(settings: Settings, bucket: np.ndarray, rows: slice) -> list[dict] | None:

@@ -220,7 +220,7 @@ def build_fine_graph(settings: Settings, built: dict, index_dir: Path) -> dict:
     values = _service_settings(settings, built, None, True)
     opened = ServiceSettings(bundle_dir=settings.bundle, index_dir=index_dir, **values)
     started = time.perf_counter()
-    catalog = catalog_for(opened.catalog_settings, load_bundle(opened.bundle_dir))
+    catalog = catalog_for(opened, load_bundle(opened.bundle_dir))
     collection = catalog.open_default()
     try:
         build_seconds = time.perf_counter() - started

@@ -81,7 +81,7 @@ def import_shards(
         raise BulkError(describe_settings_error(exc)) from None
     paths = shard_paths(source)
     try:
-        catalog = catalog_for(settings.catalog_settings, manifest)
+        catalog = catalog_for(settings, manifest)
         collection = catalog.open_default()
     except IndexDirError as exc:
         raise BulkError(str(exc)) from exc

@@ -12,22 +12,20 @@ import`` open them: :func:`catalog_for` is the one place that looks at ``FRACTAL
 
 Either way a collection gets the same index layout: the coarse prefix, C2F's shortlist prefix
 (the bundle's measured one, :attr:`bundle.Manifest.shortlist_dim`) and the fine one
-(:func:`index_layout`). The factory lives in ``index/``, beside the backends it picks, and takes
-:class:`CatalogSettings`, the part of the service's settings it reads
-(:attr:`service.settings.Settings.catalog_settings`), so that neither the service nor the bulk
-importer (:mod:`bulk.importer`) holds it, and both build the very same collection. Problems
+(:meth:`index.settings.StorageSettings.index_layout`). The factory lives in ``index/``, beside
+the backends it picks, and takes :class:`index.settings.StorageSettings`, which the service's
+settings extend and the bulk importer (:mod:`bulk.importer`) reads, so that neither holds it
+and both build the very same collection. Problems
 opening one raise :class:`IndexDirError` with one line; the service reports it as its start-up
 error, ``fractal import`` as its ``error:`` line.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -42,7 +40,6 @@ from index.backend import (
     is_disk_full,
 )
 from index.embedded import Collection
-from index.faiss_indexes import HnswParams, PqParams
 from index.milvus import (
     MilvusCollection,
     MilvusConnection,
@@ -50,6 +47,7 @@ from index.milvus import (
     list_collections,
     stored_record,
 )
+from index.settings import StorageSettings
 
 BUNDLE_RECORD = "bundle.json"
 DEFAULT_NAME = "default"
@@ -59,63 +57,6 @@ RECORD_FILE = "collection.json"
 
 class IndexDirError(Exception):
     """The index dir or the bundle's index parts cannot be used; the message is one line."""
-
-
-def index_layout(
-    index_kinds: tuple[str, ...],
-    fine_index_kinds: tuple[str, ...] | None,
-    coarse_dim: int,
-    fine_dim: int,
-    shortlist_dim: int | None = None,
-) -> dict[int, tuple[str, ...]]:
-    """The index kinds built at each served prefix: ``index_kinds`` at the coarse one and at
-    C2F's shortlist prefix (default: the coarse one), and ``fine_index_kinds`` (default: the
-    same) at the fine one. Where two of them are one prefix, it gets both sets of kinds."""
-    fine = index_kinds if fine_index_kinds is None else fine_index_kinds
-    shortlist_dim = coarse_dim if shortlist_dim is None else shortlist_dim
-    layout: dict[int, tuple[str, ...]] = {}
-    for dim, kinds in (
-        (coarse_dim, index_kinds),
-        (shortlist_dim, index_kinds),
-        (fine_dim, fine),
-    ):
-        layout[dim] = tuple(dict.fromkeys(layout.get(dim, ()) + kinds))
-    return layout
-
-
-@dataclass(frozen=True)
-class CatalogSettings:
-    """What opening collections reads of the service's settings: each field is the
-    ``FRACTAL_*`` variable of the same name, already checked (the service's settings make one,
-    :attr:`service.settings.Settings.catalog_settings`)."""
-
-    index_backend: str
-    index_dir: Path
-    bundle_dir: Path
-    index_kinds: tuple[str, ...]
-    fine_index_kinds: tuple[str, ...] | None
-    hnsw: HnswParams
-    pq: PqParams
-    full_vectors_dtype: str
-    store_check: str
-    sfs: bool
-    sfs_fragment_dim: int
-    milvus_uri: str
-    milvus_token: str | None = field(repr=False)
-    milvus_prefix: str
-    milvus_timeout_s: float
-    milvus_connect_timeout_s: float
-    milvus_ann_index: str
-    milvus_ivf_nlist: int
-    milvus_ivf_nprobe: int
-
-    def index_layout(
-        self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
-    ) -> dict[int, tuple[str, ...]]:
-        """:func:`index_layout` with these settings' kinds."""
-        return index_layout(
-            self.index_kinds, self.fine_index_kinds, coarse_dim, fine_dim, shortlist_dim
-        )
 
 
 def check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
@@ -143,7 +84,7 @@ def check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
     record_path.write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
 
 
-def bundle_pq_codebooks(settings: CatalogSettings, manifest: Manifest) -> dict[int, np.ndarray]:
+def bundle_pq_codebooks(settings: StorageSettings, manifest: Manifest) -> dict[int, np.ndarray]:
     """The bundle's PQ centroids by prefix dimension (MSHC), when the service builds PQ indexes.
 
     The bundle's sha256 check has already vouched for the file; its shape must match the manifest.
@@ -164,7 +105,7 @@ def bundle_pq_codebooks(settings: CatalogSettings, manifest: Manifest) -> dict[i
     return {spec.dim: codebooks}
 
 
-def _layout(settings: CatalogSettings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
+def _layout(settings: StorageSettings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
     return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim)
 
 
@@ -172,15 +113,15 @@ def _prefix_dims(manifest: Manifest) -> list[int]:
     return sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim})
 
 
-def _fragment_dim(settings: CatalogSettings, manifest: Manifest) -> int | None:
+def _fragment_dim(settings: StorageSettings, manifest: Manifest) -> int | None:
     if manifest.fragment_dim is None and settings.sfs:
         return settings.sfs_fragment_dim
     return manifest.fragment_dim
 
 
-def with_kinds(settings: CatalogSettings, index_kinds: tuple[str, ...]) -> CatalogSettings:
+def with_kinds(settings: StorageSettings, index_kinds: tuple[str, ...]) -> StorageSettings:
     """The settings with a named collection's index kinds (at every prefix)."""
-    return dataclasses.replace(settings, index_kinds=index_kinds, fine_index_kinds=None)
+    return settings.model_copy(update={"index_kinds": index_kinds, "fine_index_kinds": None})
 
 
 class Catalog(Protocol):
@@ -220,7 +161,7 @@ class EmbeddedCatalog:
 
     shared = False
 
-    def __init__(self, settings: CatalogSettings, manifest: Manifest) -> None:
+    def __init__(self, settings: StorageSettings, manifest: Manifest) -> None:
         self._settings = settings
         self._manifest = manifest
 
@@ -228,7 +169,7 @@ class EmbeddedCatalog:
     def _root(self) -> Path:
         return self._settings.index_dir / COLLECTIONS_DIR
 
-    def _open_dir(self, settings: CatalogSettings) -> Collection:
+    def _open_dir(self, settings: StorageSettings) -> Collection:
         manifest = self._manifest
         try:
             settings.index_dir.mkdir(parents=True, exist_ok=True)
@@ -249,10 +190,9 @@ class EmbeddedCatalog:
         except (OSError, ValueError) as exc:
             raise IndexDirError(f"cannot open the index in {settings.index_dir}: {exc}") from exc
 
-    def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> CatalogSettings:
-        return dataclasses.replace(
-            with_kinds(self._settings, index_kinds), index_dir=self._root / name
-        )
+    def _named_settings(self, name: str, index_kinds: tuple[str, ...]) -> StorageSettings:
+        named = with_kinds(self._settings, index_kinds)
+        return named.model_copy(update={"index_dir": self._root / name})
 
     def open_default(self) -> Collection:
         return self._open_dir(self._settings)
@@ -328,14 +268,17 @@ class MilvusCatalog:
 
     def __init__(
         self,
-        settings: CatalogSettings,
+        settings: StorageSettings,
         manifest: Manifest,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._manifest = manifest
         self.connection = MilvusConnection(
-            settings.milvus_uri, settings.milvus_token, settings.milvus_timeout_s, on_error
+            settings.milvus_uri,
+            settings.milvus_token.get_secret_value() if settings.milvus_token else None,
+            settings.milvus_timeout_s,
+            on_error,
         )
         self._params = MilvusParams(
             ann_index=settings.milvus_ann_index,
@@ -360,7 +303,7 @@ class MilvusCatalog:
     def milvus_name(self, name: str | None) -> str:
         return milvus_collection_name(self._settings.milvus_prefix, name)
 
-    def _open(self, name: str | None, settings: CatalogSettings, create: bool) -> MilvusCollection:
+    def _open(self, name: str | None, settings: StorageSettings, create: bool) -> MilvusCollection:
         manifest = self._manifest
         record = {
             "name": name or DEFAULT_NAME,
@@ -425,7 +368,7 @@ class MilvusCatalog:
 
 
 def catalog_for(
-    settings: CatalogSettings, manifest: Manifest, on_error: Callable[[str], None] | None = None
+    settings: StorageSettings, manifest: Manifest, on_error: Callable[[str], None] | None = None
 ) -> Catalog:
     """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls."""
     if settings.index_backend == "embedded":

@@ -14,7 +14,6 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from index.catalog import CatalogSettings, index_layout
 from index.faiss_indexes import HnswParams, PqParams
 
 ENV_PREFIX = "FRACTAL_"
@@ -157,40 +156,24 @@ class StorageSettings(BaseSettings):
     def index_layout(
         self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
     ) -> dict[int, tuple[str, ...]]:
-        """The index kinds built at each served prefix (:func:`index.catalog.index_layout`)."""
-        return index_layout(
-            self.index_kinds, self.fine_index_kinds, coarse_dim, fine_dim, shortlist_dim
-        )
+        """The index kinds built at each served prefix: ``index_kinds`` at the coarse one and at
+        C2F's shortlist prefix (default: the coarse one), and ``fine_index_kinds`` (default:
+        the same) at the fine one. Where two of them are one prefix, it gets both sets."""
+        fine = self.index_kinds if self.fine_index_kinds is None else self.fine_index_kinds
+        shortlist_dim = coarse_dim if shortlist_dim is None else shortlist_dim
+        layout: dict[int, tuple[str, ...]] = {}
+        for dim, kinds in (
+            (coarse_dim, self.index_kinds),
+            (shortlist_dim, self.index_kinds),
+            (fine_dim, fine),
+        ):
+            layout[dim] = tuple(dict.fromkeys(layout.get(dim, ()) + kinds))
+        return layout
 
     @property
     def pq(self) -> PqParams:
         return PqParams(m=self.pq_m, nbits=self.pq_nbits)
 
-    @property
-    def catalog_settings(self) -> CatalogSettings:
-        """What opening the collections reads of these settings
-        (:func:`index.catalog.catalog_for`)."""
-        return CatalogSettings(
-            index_backend=self.index_backend,
-            index_dir=self.index_dir,
-            bundle_dir=self.bundle_dir,
-            index_kinds=self.index_kinds,
-            fine_index_kinds=self.fine_index_kinds,
-            hnsw=self.hnsw,
-            pq=self.pq,
-            full_vectors_dtype=self.full_vectors_dtype,
-            store_check=self.store_check,
-            sfs=self.sfs,
-            sfs_fragment_dim=self.sfs_fragment_dim,
-            milvus_uri=self.milvus_uri,
-            milvus_token=self.milvus_token.get_secret_value() if self.milvus_token else None,
-            milvus_prefix=self.milvus_prefix,
-            milvus_timeout_s=self.milvus_timeout_s,
-            milvus_connect_timeout_s=self.milvus_connect_timeout_s,
-            milvus_ann_index=self.milvus_ann_index,
-            milvus_ivf_nlist=self.milvus_ivf_nlist,
-            milvus_ivf_nprobe=self.milvus_ivf_nprobe,
-        )
 
 
 def describe_settings_error(error: ValidationError) -> str:

@@ -180,7 +180,7 @@ class CollectionSet:
         self._router = router
         self._metrics = metrics
         self._lock = threading.Lock()
-        self._catalog = catalog_for(settings.catalog_settings, manifest, self._count_error)
+        self._catalog = catalog_for(settings, manifest, self._count_error)
         self.default = self._host(DEFAULT_NAME, self._catalog.open_default(), settings)
         self._named: dict[str, HostedCollection] = {}
         self._deleting: set[str] = set()  # being deleted here: never reopened from the catalog
