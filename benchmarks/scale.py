@@ -60,7 +60,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -89,7 +89,7 @@ from benchmarks.harness.search_measure import (
     recall_at_k,
 )
 from bundle import Manifest, load_bundle
-from index import Collection, Hit, HnswParams
+from index import Collection, Hit, HnswParams, SearchResult
 from index.catalog import check_bundle_record
 from index.vectors import prefix_unit, unit_rows
 from training.evaluation.shortlist import measure_shortlist
@@ -632,9 +632,8 @@ def sweeps(
     one round-robin. ``p50_us`` / ``p99_us`` time the call a service makes (the collection's
     ``search`` / ``search_c2f``, ids read from SQLite included); ``index_p50_us`` /
     ``index_p99_us`` the index work alone, from the collection's own ``timings``: the 64-d
-    graph's top-10 search for coarse (``search_c2f``'s shortlist step with k′ = 10, the same
-    graph search ``search`` makes), the shortlist plus the re-rank for C2F; and the bare FAISS
-    search for HNSW-256."""
+    graph's top-10 search for coarse (``search``'s own timing), the funnel (shortlist and
+    re-rank in one native call) for C2F, and the bare FAISS search for HNSW-256."""
     rows, cases = [], {}
     full_queries = np.ascontiguousarray(queries.vectors, np.float32)
     unit_queries = unit_rows(full_queries)
@@ -642,18 +641,36 @@ def sweeps(
 
     with _collection(folder / "collection", settings, graph_dims(settings)) as collection:
 
-        def c2f(name: str, dim: int, factor: int, ef: int, steps: tuple[str, ...]) -> Search:
-            """``search_c2f`` from the ``dim`` graph, recording ``steps``' seconds of each
-            single-query call under ``name``."""
+        def timed(name: str, call: Callable[[np.ndarray], SearchResult]) -> Search:
+            """``call``'s hits, recording the index seconds of each single-query call (every
+            step in its ``timings``) under ``name``."""
             spent = index_seconds.setdefault(name, [])
 
             def search(query: np.ndarray) -> list[list[Hit]]:
-                result = collection.search_c2f(query, K, dim, factor, kind="hnsw", ef_search=ef)
+                result = call(query)
                 if len(query) == 1:
-                    spent.append(sum(result.timings[step] for step in steps))
+                    spent.append(sum(result.timings.values()))
                 return result.hits
 
             return search
+
+        def c2f(name: str, dim: int, factor: int, ef: int) -> Search:
+            """``search_c2f`` from the ``dim`` graph (its funnel timed)."""
+            return timed(
+                name,
+                lambda query: collection.search_c2f(
+                    query, K, dim, factor, kind="hnsw", ef_search=ef
+                ),
+            )
+
+        def index_search(name: str, ef: int) -> Search:
+            """The coarse graph's top-10 ``search`` (its index work timed)."""
+            return timed(
+                name,
+                lambda query: collection.search(
+                    query, K, settings.coarse_dim, kind="hnsw", ef_search=ef
+                ),
+            )
 
         for ef in settings.ef_values:
             search: Search = lambda query, ef=ef: collection.search(  # noqa: E731
@@ -661,7 +678,7 @@ def sweeps(
             ).hits
             cases[f"coarse/{ef}"] = Case(search, full_queries)
             name = f"coarse-index/{ef}"
-            cases[name] = Case(c2f(name, settings.coarse_dim, 1, ef, ("shortlist",)), full_queries)
+            cases[name] = Case(index_search(name, ef), full_queries)
             found = _ids(search(full_queries))
             rows.append(
                 {
@@ -676,7 +693,7 @@ def sweeps(
             for factor in settings.factors:
                 ef = max(settings.c2f_min_ef, K * factor)
                 name = f"c2f/{dim}/{factor}"
-                search = c2f(name, dim, factor, ef, ("shortlist", "rerank"))
+                search = c2f(name, dim, factor, ef)
                 cases[name] = Case(search, full_queries)
                 found = _ids(search(full_queries))
                 rows.append(

@@ -117,9 +117,11 @@ class IndexBackend(Protocol):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """The ``k`` best documents per query at the ``dim`` prefix, with the seconds spent and
-        how a filter was applied (see :meth:`index.Collection.search`)."""
+        how a filter was applied (see :meth:`index.Collection.search`); with ``contents``, each
+        hit carries its document's text and metadata (a hit without them is left out)."""
         ...
 
     def search_c2f(
@@ -132,10 +134,11 @@ class IndexBackend(Protocol):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """Coarse-to-fine: a ``k × factor`` shortlist at ``shortlist_dim``, re-ranked exactly by
-        full-dimension cosine with :func:`index.rerank.rerank` (see
-        :meth:`index.Collection.search_c2f`)."""
+        full-dimension cosine (see :meth:`index.Collection.search_c2f`); ``contents`` as for
+        :meth:`search`."""
         ...
 
     def stats(self) -> CollectionStats:

@@ -180,6 +180,12 @@ class VectorIndex:
         self._version = 0
         self._nbytes: tuple[int, int] | None = None
 
+    @property
+    def faiss_index(self) -> faiss.Index:
+        """The ID-mapped FAISS index itself (its ids are row ids), for native pipelines that
+        search it (:mod:`index.funnel`); not to be changed through this."""
+        return self._index
+
     def __len__(self) -> int:
         """How many live vectors the index returns from."""
         return int(self._index.ntotal)
@@ -199,6 +205,16 @@ class VectorIndex:
         """Scores and ids, ``(n, k)`` each, best first; missing results have id -1.
         ``ef_search`` overrides an HNSW graph's beam width for this call (others ignore it)."""
         return self._index.search(queries, k)
+
+    def search_parameters(
+        self, ef_search: int | None = None, allowed: RowSet | None = None
+    ) -> faiss.SearchParameters | None:
+        """This index's own parameters for one search through its ID map (the C2F funnel
+        passes them on): None for a kind with none. A kind that filters by scan takes no
+        ``allowed`` rows (:class:`ValueError`)."""
+        if allowed is not None:
+            raise ValueError(f"a {self.kind} index filters by scan, not by a selector")
+        return None
 
     filter_mode: ClassVar[str] = "scan"
     """How :meth:`search_filtered` applies a filter (reported with each filtered search)."""
@@ -324,33 +340,41 @@ class HnswIndex(VectorIndex):
         self._live_selector = self._make_live_selector()
         self._version += 1
 
+    def search_parameters(
+        self, ef_search: int | None = None, allowed: RowSet | None = None
+    ) -> faiss.SearchParameters:
+        """The walk's efSearch (``ef_search`` or the params' default) and its selector: the rows
+        ``allowed``, else every row but the tombstones. Made per call: the ID map rewrites the
+        selector while it searches. ``allowed`` needs no tombstone test: a filter's rows are
+        present in the store, and a removed row never comes back (row ids are not reused)."""
+        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
+        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
+        if allowed is not None:
+            search_params.sel = allowed.selector()
+        elif self._live_selector:
+            search_params.sel = self._live_selector[0]
+        return search_params
+
     def search(
         self, queries: np.ndarray, k: int, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        # Parameters are made per call: the ID map rewrites their selector while it searches.
-        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
-        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
-        if self._live_selector:
-            search_params.sel = self._live_selector[0]
-        return self._index.search(queries, k, params=search_params)
+        return self._index.search(queries, k, params=self.search_parameters(ef_search))
 
     def search_filtered(
         self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The graph walk with ``allowed`` as its selector. Tombstones need no second selector:
-        a filter's rows are present in the store, and a removed row never comes back (row ids
-        are not reused). The walk may find fewer than ``k`` selected nodes; the caller checks.
+        """The graph walk with ``allowed`` as its selector (:meth:`search_parameters`). The walk
+        may find fewer than ``k`` selected nodes; the caller checks.
 
         The walk tests every node it visits. Through the ID map each test would read the
         node's row id first (a random read of an 8-byte-per-node array: 8 MB at a million);
         so the selector is a bitmap over the graph's own node numbers instead, made once per
         filter and graph state (:meth:`_node_bitmap`), and the graph is searched directly."""
-        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
-        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
         bitmap = self._node_bitmap(allowed)
         if bitmap is None:
-            search_params.sel = allowed.selector()
+            search_params = self.search_parameters(ef_search, allowed)
             return self._index.search(queries, k, params=search_params)
+        search_params = self.search_parameters(ef_search)
         search_params.sel = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg,arg-type]
         scores, nodes = self._index.index.search(queries, k, params=search_params)
         return scores, np.where(nodes >= 0, self._node_ids()[np.maximum(nodes, 0)], -1)

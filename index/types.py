@@ -65,18 +65,22 @@ class Figures(Mapping[str, Any]):
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: a document id and its score (cosine or mean fragment cosine)."""
+    """One search result: a document id and its score (cosine or mean fragment cosine), and
+    the document's text and metadata when the search was asked for them."""
 
     id: str
     score: float
+    contents: Contents | None = None
 
 
 class Timings(TypedDict, total=False):
     """Seconds of one search's index work, by step: ``search`` (a single-index search, listing
-    a filter's rows and reading the hits' ids aside), or ``shortlist`` and ``rerank`` (C2F).
-    Only the steps the search took are present."""
+    a filter's rows and reading the hits' ids aside), ``funnel`` (C2F's shortlist and re-rank in
+    one native call), or ``shortlist`` and ``rerank`` (C2F in two steps). Only the steps the
+    search took are present."""
 
     search: float
+    funnel: float
     shortlist: float
     rerank: float
 

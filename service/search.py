@@ -137,6 +137,9 @@ class Searcher:
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
         self.metrics = metrics
+        self._routes: dict[tuple[str, int, str, str, str, int], QueryPath] = {}
+        """Each route decided so far, by granularity and the plan options it depends on (a
+        bounded set: the kinds, scorings, shortlist prefixes and k the requests may name)."""
 
     @property
     def dimensions(self) -> list[int]:
@@ -211,6 +214,14 @@ class Searcher:
         return index in self.layout.get(self.manifest.fine_dim, ())
 
     def _route(self, plan: SearchPlan, granularity: str) -> QueryPath:
+        """The path a query of ``plan`` at ``granularity`` takes, decided once per plan shape."""
+        key = (granularity, plan.k, plan.index, plan.rerank, plan.scoring, plan.shortlist_dim)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._decide_route(plan, granularity)
+        return route
+
+    def _decide_route(self, plan: SearchPlan, granularity: str) -> QueryPath:
         fine_by_c2f = plan.scoring == "cosine" and not self._at_fine(plan.index)
         if granularity == FINE and (plan.rerank == "c2f" or fine_by_c2f):
             return QueryPath(
@@ -235,6 +246,7 @@ class Searcher:
                 self.c2f_factor,
                 route.index,
                 where=plan.where,
+                contents=True,
             )
         return self.collection.search(
             vectors,
@@ -243,18 +255,19 @@ class Searcher:
             route.index,
             route.scoring,
             where=plan.where,
+            contents=True,
         )
 
-    def _matches(self, hits: list[list[Hit]]) -> list[list[Match]]:
-        """Each query's hits with their stored text and metadata, read with one store call (a
-        document deleted meanwhile is dropped)."""
-        ids = [hit.id for row in hits for hit in row]
-        stored = dict(zip(ids, self.collection.contents_of(ids), strict=True))
+    @staticmethod
+    def _matches(hits: list[list[Hit]]) -> list[list[Match]]:
+        """Each query's hits as matches, with the text and metadata the search read with them
+        (in the store query that named the hits; a document deleted meanwhile has none and
+        is not a hit)."""
         return [
             [
-                Match(hit.id, hit.score, document.text, document.metadata)
+                Match(hit.id, hit.score, hit.contents.text, hit.contents.metadata)
                 for hit in row
-                if (document := stored[hit.id]) is not None
+                if hit.contents is not None
             ]
             for row in hits
         ]

@@ -122,6 +122,27 @@ class FilterPlanning(CollectionState):
         best_rows[~np.isfinite(best_scores)] = -1
         return best_scores, best_rows
 
+    def _walk_ef(self, index: HnswIndex, ef_search: int | None, allowed: RowSet) -> int:
+        """The efSearch of a graph walk among ``allowed`` (see :class:`FilterParams`)."""
+        base = index.params.ef_search if ef_search is None else ef_search
+        return self.filters.hnsw_ef(base, max(self._count, 1), len(allowed))
+
+    def _fill_short(
+        self,
+        queries: np.ndarray,
+        found: tuple[np.ndarray, np.ndarray],
+        k: int,
+        allowed: RowSet,
+        space: tuple[str, int] | None,
+    ) -> list[int]:
+        """Give each query that ``found`` fewer than ``min(k, matches)`` rows the exact subset
+        in ``space`` instead (in place); return which queries those were."""
+        scores, rows = found
+        short = np.flatnonzero((rows >= 0).sum(axis=1) < min(k, len(allowed)))
+        if len(short):
+            scores[short], rows[short] = self._exact_subset(queries[short], k, allowed.rows, space)
+        return short.tolist()
+
     def _filtered(
         self,
         spec: IndexSpec,
@@ -144,15 +165,31 @@ class FilterPlanning(CollectionState):
         else:
             report["mode"] = index.filter_mode
             if isinstance(index, HnswIndex):
-                base = index.params.ef_search if ef_search is None else ef_search
-                ef_search = self.filters.hnsw_ef(base, documents, len(allowed))
+                ef_search = self._walk_ef(index, ef_search, allowed)
                 report["ef_search"] = ef_search
             scores, rows = index.search_filtered(queries, k, allowed, ef_search)
-            short = np.flatnonzero((rows >= 0).sum(axis=1) < min(k, len(allowed)))
-            report["fallback"] = short.tolist()
-            if len(short):
-                scores[short], rows[short] = self._exact_subset(
-                    queries[short], k, allowed.rows, space
-                )
+            report["fallback"] = self._fill_short(queries, (scores, rows), k, allowed, space)
         filtering.update(report)
+        return scores, rows
+
+    def _filtered_funnel(
+        self,
+        spec: IndexSpec,
+        full: np.ndarray,
+        k: int,
+        shortlist: int,
+        allowed: RowSet,
+        ef_search: int | None,
+        filtering: Filtering,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """C2F among ``allowed`` (more than the exact subset's rows) with an HNSW shortlist:
+        the funnel with the rows as the walk's selector, the exact subset at the full dimension
+        for a query left short. ``full`` are full unit queries. Under the read lock."""
+        index = self._indexes[spec.name]
+        assert isinstance(index, HnswIndex)
+        ef = self._walk_ef(index, ef_search, allowed)
+        params = index.search_parameters(ef, allowed)
+        scores, rows = self._funnel(spec).search(full, k, shortlist, params)
+        short = self._fill_short(full, (scores, rows), k, allowed, None)
+        filtering.update({"mode": index.filter_mode, "ef_search": ef, "fallback": short})
         return scores, rows

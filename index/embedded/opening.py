@@ -99,6 +99,7 @@ class Opening(CollectionState):
         self.filters = filters or FilterParams()
         self._generation = 0  # bumped after every store commit: cached filter rows go stale
         self._filter_cache = OrderedDict()
+        self._funnels = {}
         self._filter_cache_lock = threading.Lock()
         self._open_indexes()
 

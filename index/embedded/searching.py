@@ -10,6 +10,7 @@ import numpy as np
 
 from index.checks import check_count
 from index.embedded.filter_plan import FilterPlanning
+from index.faiss_indexes import HnswIndex
 from index.filters import Filter
 from index.rerank import rerank
 from index.types import CollectionStats, Contents, Document, Hit, IndexStats, SearchResult, Timings
@@ -32,22 +33,27 @@ class Searching(FilterPlanning):
         """Which of these ids are stored (one query, no text, metadata or vector read)."""
         return self._store.present(doc_ids)
 
-    def _hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
-        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, with the string
-        ids of every query's rows read in one store query (a row removed from the store whose
-        removal the indexes have not applied yet is still named: the search saw that state).
-        Called under the read lock, so the ids are those of the state the search saw."""
+    def _hits(self, scores: np.ndarray, rows: np.ndarray, contents: bool) -> list[list[Hit]]:
+        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, named (and with
+        ``contents``, given their text and metadata) from one store query for every query's
+        rows. A row removed from the store whose removal the indexes have not applied yet is
+        still named (the search saw that state), but has no contents to show: with
+        ``contents`` it is left out. Called under the read lock, so the names are those of the
+        state the search saw."""
         row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
         present = [row for query_rows in row_lists for row in query_rows if row >= 0]
-        names = dict(zip(present, self._store.doc_ids_of(present), strict=True))
-        return [
-            [
-                Hit(doc_id, score)
-                for row, score in zip(query_rows, query_scores, strict=True)
-                if row >= 0 and (doc_id := names[row]) is not None
-            ]
-            for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
-        ]
+        named = dict(zip(present, self._store.named(present, contents), strict=True))
+        hits: list[list[Hit]] = []
+        for query_rows, query_scores in zip(row_lists, score_lists, strict=True):
+            query_hits = []
+            for row, score in zip(query_rows, query_scores, strict=True):
+                if row < 0:
+                    continue
+                doc_id, stored = named[row]
+                if doc_id is not None and (stored is not None or not contents):
+                    query_hits.append(Hit(doc_id, score, stored))
+            hits.append(query_hits)
+        return hits
 
     def search(
         self,
@@ -59,6 +65,7 @@ class Searching(FilterPlanning):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """The ``k`` best documents for each query, best first, from one index.
 
@@ -67,7 +74,9 @@ class Searching(FilterPlanning):
         mean fragment cosines. ``ef_search`` overrides the HNSW beam width for this search.
         ``where`` keeps only documents whose metadata match it (see the module docstring); the
         result's ``filtering`` says how it was applied. Its ``timings["search"]`` is the seconds
-        of the index work (listing a filter's rows and reading the hits' ids aside).
+        of the index work (listing a filter's rows and reading the hits' ids aside). With
+        ``contents``, each hit carries its document's text and metadata, read in the same store
+        query that names the hits.
         """
         spec = self._spec(scoring, dim, kind)
         k = check_count(k, "k")
@@ -86,7 +95,7 @@ class Searching(FilterPlanning):
                 assert filtering is not None
                 scores, rows = self._filtered(spec, mapped, k, allowed, ef_search, filtering)
             timings["search"] = time.perf_counter() - started
-            return SearchResult(self._hits(scores, rows), timings, filtering)
+            return SearchResult(self._hits(scores, rows, contents), timings, filtering)
 
     def search_c2f(
         self,
@@ -98,55 +107,74 @@ class Searching(FilterPlanning):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """Coarse-to-fine: shortlist ``k * factor`` by cosine at the ``shortlist_dim`` prefix
         with its ``kind`` index, then re-rank the shortlist exactly by full-dimension cosine
-        (:func:`index.rerank.rerank`) and keep ``k``. The prefix needs an index of that kind
-        (:class:`ValueError` otherwise); at the full dimension itself this is plain search there
-        with exact scores.
+        and keep ``k``, both in one native call (:mod:`index.funnel`). The prefix needs an
+        index of that kind (:class:`ValueError` otherwise); at the full dimension itself this is
+        plain search there with exact scores.
 
-        The result's ``timings`` holds the seconds of the ``"shortlist"`` and ``"rerank"``
-        steps. ``ef_search`` overrides the HNSW beam width of the shortlist search (at least the
-        shortlist's size is sensible). With ``where``, the shortlist holds only matching
-        documents (and so does the re-rank); when few match, they are all scored at the full
-        dimension, with no shortlist (only ``"rerank"`` is timed)."""
+        The result's ``timings["funnel"]`` is the seconds of that call. ``ef_search`` overrides
+        the HNSW beam width of the shortlist search (at least the shortlist's size is sensible).
+        With ``where``, the shortlist holds only matching documents: an HNSW walk tests the
+        filter's rows inside the funnel, and a query it leaves short scores them all at the full
+        dimension; a scan kind shortlists by scan and re-ranks with
+        :func:`index.rerank.rerank` (timed as ``"shortlist"`` and ``"rerank"``). When few
+        match, they are all scored at the full dimension, with no shortlist (``"rerank"``).
+        ``contents`` as for :meth:`search`."""
         spec = self._spec("cosine", shortlist_dim, kind)
         k = check_count(k, "k")
         shortlist = k * check_count(factor, "factor")
-        queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
-        prefix = prefix_unit(queries, shortlist_dim)
-        full = unit_rows(queries)
+        full = unit_rows(as_matrix(query_vectors, (self.dim,), "query_vectors"))
         timings: Timings = {}
         filtering, allowed = self._resolve(where)
         with self._lock.read():
-            if allowed is not None and not len(allowed):
+            if not self._count or (allowed is not None and not len(allowed)):
                 return SearchResult([[] for _ in full], timings, filtering)
-            shortlist = min(shortlist, max(self._count, 1))
+            k = min(k, self._count)  # FAISS allocates n * k results
+            shortlist = min(max(shortlist, k), self._count)
+            index = self._indexes[spec.name]
             started = time.perf_counter()
             if allowed is None:
-                _, candidates = self._indexes[spec.name].search(prefix, shortlist, ef_search)
-            elif len(allowed) <= self.filters.exact_subset_rows(max(self._count, 1)):
+                params = index.search_parameters(ef_search)
+                scores, rows = self._funnel(spec).search(full, k, shortlist, params)
+                timings["funnel"] = time.perf_counter() - started
+            elif len(allowed) <= self.filters.exact_subset_rows(self._count):
                 # Few matches: score them all at the full dimension; nothing to re-rank.
                 assert filtering is not None
-                best_scores, best_rows = self._exact_subset(full, k, allowed.rows, None)
+                scores, rows = self._exact_subset(full, k, allowed.rows, None)
                 filtering.update({"mode": "exact_subset", "matching": len(allowed)})
                 timings["rerank"] = time.perf_counter() - started
-                return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
+            elif isinstance(index, HnswIndex):
+                assert filtering is not None
+                scores, rows = self._filtered_funnel(
+                    spec, full, k, shortlist, allowed, ef_search, filtering
+                )
+                timings["funnel"] = time.perf_counter() - started
             else:
                 assert filtering is not None
+                prefix = prefix_unit(full, shortlist_dim)
                 _, candidates = self._filtered(
                     spec, prefix, shortlist, allowed, ef_search, filtering
                 )
-            shortlisted = time.perf_counter()
-            kept = [rows[rows >= 0] for rows in candidates]
-            best_scores, positions = rerank(full, (self._vectors.gather(r) for r in kept), k)
-            best_rows = np.full(positions.shape, -1, dtype=np.int64)
-            for i, (rows, best) in enumerate(zip(kept, positions, strict=True)):
-                found = best >= 0
-                best_rows[i, found] = rows[best[found]]
-            timings["shortlist"] = shortlisted - started
-            timings["rerank"] = time.perf_counter() - shortlisted
-            return SearchResult(self._hits(best_scores, best_rows), timings, filtering)
+                shortlisted = time.perf_counter()
+                scores, rows = self._rerank(full, candidates, k)
+                timings["shortlist"] = shortlisted - started
+                timings["rerank"] = time.perf_counter() - shortlisted
+            return SearchResult(self._hits(scores, rows, contents), timings, filtering)
+
+    def _rerank(
+        self, full: np.ndarray, candidates: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` of each query's candidate rows by full-dimension cosine, in numpy."""
+        kept = [rows[rows >= 0] for rows in candidates]
+        scores, positions = rerank(full, (self._vectors.gather(r) for r in kept), k)
+        best_rows = np.full(positions.shape, -1, dtype=np.int64)
+        for i, (rows, best) in enumerate(zip(kept, positions, strict=True)):
+            found = best >= 0
+            best_rows[i, found] = rows[best[found]]
+        return scores, best_rows
 
     def stats(self) -> CollectionStats:
         """Document count, change counter, per-index sizes and state, and how opening went."""

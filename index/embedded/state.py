@@ -17,6 +17,7 @@ from index.embedded.vector_file import VectorFile
 from index.faiss_indexes import HnswParams, PqParams, VectorIndex
 from index.filters import Filter
 from index.fragments import in_space
+from index.funnel import Funnel
 from index.locking import ReadWriteLock
 from index.rowset import RowSet
 from index.types import DiskRecovery
@@ -70,6 +71,9 @@ class CollectionState:
     """Bumped after every store commit: cached filter rows go stale."""
     _filter_cache: OrderedDict[Filter, tuple[int, RowSet]]
     _filter_cache_lock: threading.Lock
+    _funnels: dict[str, Funnel]
+    """The C2F funnel over each prefix index, remade when the index or the vector file's
+    mapping is replaced."""
 
     def _config(self, spec: IndexSpec) -> dict:
         """Everything that decides an index's contents; a snapshot must match it to be used."""
@@ -90,6 +94,17 @@ class CollectionState:
         if spec.kind != "pq" or spec.scoring != "cosine":
             return None
         return self.pq_codebooks.get(spec.dim)
+
+    def _funnel(self, spec: IndexSpec) -> Funnel:
+        """The funnel from ``spec``'s index to the full vectors (the vector file is mapped:
+        called with rows present, under the read lock)."""
+        index, refine = self._indexes[spec.name].faiss_index, self._vectors.refine
+        assert refine is not None
+        funnel = self._funnels.get(spec.name)
+        if funnel is None or funnel.base is not index or funnel.refine is not refine:
+            funnel = Funnel(index, spec.dim, refine)
+            self._funnels[spec.name] = funnel  # concurrent readers may both make one: either does
+        return funnel
 
     def _map(self, scoring: str, dim: int, matrix: np.ndarray) -> np.ndarray:
         """Vectors (full or already cut to ``dim``) in the space of a ``scoring`` index."""

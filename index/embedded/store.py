@@ -434,24 +434,39 @@ class Store:
             db.execute("COMMIT")
 
     def doc_ids_of(self, rows: Sequence[int]) -> list[str | None]:
-        """The string ids of these rows in the order given: of present documents, and of rows
-        removed since the last pruning of the log (None for an older one). One query, and a
-        second only when some row is no longer present."""
+        """The string ids of these rows in the order given (see :meth:`named`)."""
+        return [name for name, _ in self.named(rows)]
+
+    def named(
+        self, rows: Sequence[int], contents: bool = False
+    ) -> list[tuple[str | None, Contents | None]]:
+        """The string id of each of these rows in the order given, and with ``contents`` its
+        text and metadata, read together: of present documents, and (the id alone) of rows
+        removed since the last pruning of the log (None for an older one). One query by row id,
+        and a second only when some row is no longer present."""
         wanted = list(dict.fromkeys(int(row) for row in rows))
         db = self._reader()
-        found: dict[int, str] = {}
-        for table, condition in (("documents", ""), ("changes", "op = 'remove' AND ")):
-            missing = [row for row in wanted if row not in found]
-            for start in range(0, len(missing), ROWS_PER_LOOKUP):
-                chunk = missing[start : start + ROWS_PER_LOOKUP]
-                found |= db.execute(
-                    f"SELECT row_id, doc_id FROM {table} "  # the two names are constants
-                    f"WHERE {condition}row_id IN ({', '.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-            if len(found) == len(wanted):
-                break
-        return [found.get(int(row)) for row in rows]
+        found: dict[int, tuple[str, Contents | None]] = {}
+        columns = "row_id, doc_id, text, metadata" if contents else "row_id, doc_id"
+        for start in range(0, len(wanted), ROWS_PER_LOOKUP):
+            chunk = wanted[start : start + ROWS_PER_LOOKUP]
+            for record in db.execute(
+                f"SELECT {columns} FROM documents "  # the columns are constants
+                f"WHERE row_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ):
+                stored = Contents(record[1], record[2], json.loads(record[3])) if contents else None
+                found[record[0]] = (record[1], stored)
+        missing = [row for row in wanted if row not in found]
+        for start in range(0, len(missing), ROWS_PER_LOOKUP):
+            chunk = missing[start : start + ROWS_PER_LOOKUP]
+            for row, doc_id in db.execute(
+                "SELECT row_id, doc_id FROM changes "
+                f"WHERE op = 'remove' AND row_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ):
+                found[row] = (doc_id, None)
+        return [found.get(int(row), (None, None)) for row in rows]
 
     def changes_since(self, counter: int) -> ChangeSet:
         """The net change after ``counter``: rows added since (and still present) and rows that

@@ -1,9 +1,17 @@
 """The full unit vectors on disk: one memory-mapped matrix, one row per store row id.
 
-C2F re-ranks a shortlist by gathering its rows from here, and every index is (re)built from here,
-so the full-precision vectors never sit in anonymous memory: the pages are file-backed, and the
-kernel keeps in RAM only those a search touched recently. Rows are float32 (exact re-rank) or
-float16 (half the disk and page cache, cosines within ~1e-3).
+C2F re-ranks a shortlist from here, and every index is (re)built from here, so the
+full-precision vectors never sit in anonymous memory: the pages are file-backed, and the kernel
+keeps in RAM only those a search touched recently. Rows are float32 (exact re-rank) or float16
+(half the disk and page cache, cosines within ~1e-3).
+
+The file is a FAISS index file: a flat inner-product index (``IndexFlatIP`` for float32,
+``IndexScalarQuantizer`` ``QT_fp16`` for float16, whose codes are the rows' float16 bytes) whose
+vectors are the rows, one slot per row id up to the file's capacity (rows not written yet are
+zeros). FAISS maps it read-only (``IO_FLAG_MMAP_IFC``): :attr:`VectorFile.refine` scores row ids
+inside native code (the C2F re-rank, :mod:`index.funnel`), and :meth:`VectorFile.gather` reads
+the same mapping as a numpy view, so the process maps the file once. Rows are written with
+``pwrite``; the kernel's page cache makes them visible through the mapping at once.
 
 The file is derived from the store of record, like the indexes. ``vectors.json`` records the
 state it vouches for: the store's id, the change counter, how many rows, and the sha256 of those
@@ -24,6 +32,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import faiss
 import numpy as np
 
 from index.backend import StorageFull, is_disk_full
@@ -32,7 +41,7 @@ from index.vectors import unit_rows
 
 DATA_FILE = "vectors.f{bits}"
 RECORD_FILE = "vectors.json"
-FORMAT = 1
+FORMAT = 2
 DTYPES = {"float32": np.float32, "float16": np.float16}
 MIN_CAPACITY = 1024
 REBUILD_CHUNK = 50_000
@@ -63,6 +72,30 @@ class VectorFileRecovery:
     rows_written: int
 
 
+def _flat_index(dim: int, dtype: str) -> faiss.Index:
+    """An empty FAISS inner-product index whose codes are rows of ``dtype``."""
+    if dtype == "float32":
+        return faiss.IndexFlatIP(dim)
+    fp16 = faiss.ScalarQuantizer.QT_fp16
+    return faiss.IndexScalarQuantizer(dim, fp16, faiss.METRIC_INNER_PRODUCT)  # type: ignore[arg-type]
+
+
+def _header(dim: int, dtype: str, capacity: int) -> bytes:
+    """The bytes FAISS writes before the codes of a ``capacity``-row flat index of ``dtype``
+    rows. FAISS's index header holds ``ntotal`` as the int64 after the fourcc and ``d``, and the
+    code vector's length (in FAISS's unit for that index) is the header's last int64; the unit is
+    read off a one-row index, so this follows FAISS's own writer."""
+    empty = bytearray(faiss.serialize_index(_flat_index(dim, dtype)).tobytes())
+    one = _flat_index(dim, dtype)
+    one.add(np.zeros((1, dim), dtype=np.float32))
+    row_units = int(
+        np.frombuffer(faiss.serialize_index(one).tobytes()[len(empty) - 8 :][:8], np.int64)[0]
+    )
+    empty[8:16] = np.int64(capacity).tobytes()
+    empty[-8:] = np.int64(capacity * row_units).tobytes()
+    return bytes(empty)
+
+
 def _sha256(data: np.ndarray) -> str:
     digest = hashlib.sha256()
     raw = data.reshape(-1).view(np.uint8)
@@ -84,6 +117,10 @@ class VectorFile:
         self._numpy_dtype = np.dtype(DTYPES[dtype])
         self.path = directory / DATA_FILE.format(bits=self._numpy_dtype.itemsize * 8)
         self.record_path = directory / RECORD_FILE
+        self.data_offset = len(_header(dim, dtype, 0))
+        """Where row 0 starts in the file (after FAISS's header)."""
+        self.refine: faiss.Index | None = None
+        """The file as a FAISS flat index over its capacity (None before any row is written)."""
         self._matrix = np.zeros((0, dim), dtype=self._numpy_dtype)
         self._rows = 0  # one past the highest row id written
 
@@ -121,12 +158,16 @@ class VectorFile:
             return f"no readable {RECORD_FILE}"
         expected = (FORMAT, store.store_id, self.dim, self.dtype)
         if (record.format, record.store_id, record.dim, record.dtype) != expected:
-            return f"{RECORD_FILE} describes another store, dim or dtype"
+            return f"{RECORD_FILE} describes another format, store, dim or dtype"
         if record.counter < store.pruned_through:
             return "the store's change log no longer reaches back to the file's state"
         if not self.path.is_file():
             return f"{self.path.name} is missing"
-        self._map(self.path.stat().st_size // self.row_bytes)
+        capacity = max(0, self.path.stat().st_size - self.data_offset) // self.row_bytes
+        with self.path.open("rb") as file:
+            if file.read(self.data_offset) != _header(self.dim, self.dtype, capacity):
+                return f"{self.path.name} does not start with the header of its {capacity:,} rows"
+        self._map(capacity)
         if len(self._matrix) < record.rows:
             return f"{self.path.name} is shorter than the {record.rows:,} rows it should hold"
         if _sha256(self._matrix[: record.rows]) != record.sha256:
@@ -135,6 +176,7 @@ class VectorFile:
         return None
 
     def _remove(self) -> None:
+        self.refine = None
         self._matrix = np.zeros((0, self.dim), dtype=self._numpy_dtype)
         self._rows = 0
         self.record_path.unlink(missing_ok=True)
@@ -154,16 +196,20 @@ class VectorFile:
 
     def _allocate(self, capacity: int) -> None:
         """Extend the file with zeros to ``capacity`` rows, every block allocated on disk (holes
-        left by an older version included); :class:`StorageFull` when the disk cannot hold
-        them, the file's length unchanged."""
+        left by an older version included), and write the header that says so;
+        :class:`StorageFull` when the disk cannot hold them, the file unchanged."""
         with self.path.open("ab") as file:
             try:
-                if capacity:
-                    os.posix_fallocate(file.fileno(), 0, capacity * self.row_bytes)
+                os.posix_fallocate(file.fileno(), 0, self.data_offset + capacity * self.row_bytes)
             except OSError as exc:
                 if is_disk_full(exc):
                     raise StorageFull(self.directory, exc) from exc
                 raise
+        descriptor = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(descriptor, _header(self.dim, self.dtype, capacity), 0)
+        finally:
+            os.close(descriptor)
 
     def _capacity_for(self, end: int) -> int:
         """The rows the file grows to when row ``end - 1`` is written: doubling."""
@@ -177,22 +223,36 @@ class VectorFile:
             self._allocate(self._capacity_for(end))
 
     def _map(self, capacity: int) -> None:
-        """Map ``capacity`` rows of the file (allocated first, see :meth:`_allocate`)."""
+        """Map ``capacity`` rows of the file (allocated first, see :meth:`_allocate`) through
+        FAISS, and view the same pages as the read-only matrix."""
         self._allocate(capacity)
-        self._matrix = (
-            np.memmap(self.path, dtype=self._numpy_dtype, mode="r+", shape=(capacity, self.dim))
-            if capacity
-            else np.zeros((0, self.dim), dtype=self._numpy_dtype)
-        )
+        refine = faiss.read_index(str(self.path), faiss.IO_FLAG_MMAP_IFC)
+        codes = refine.codes  # type: ignore[attr-defined]  # a flat index's code vector
+        if capacity:
+            raw = faiss.rev_swig_ptr(codes.data(), capacity * self.row_bytes)
+            matrix = raw.view(self._numpy_dtype).reshape(capacity, self.dim)
+        else:
+            matrix = np.zeros((0, self.dim), dtype=self._numpy_dtype)
+        matrix.flags.writeable = False  # FAISS maps the file read-only
+        self.refine, self._matrix = refine, matrix
 
     def write(self, rows: np.ndarray, unit_vectors: np.ndarray) -> None:
-        """Store the unit vectors of these row ids (growing the file by doubling)."""
+        """Store the unit vectors of these row ids (growing the file by doubling), one
+        ``pwrite`` per run of consecutive rows."""
         if not len(rows):
             return
         end = int(rows.max()) + 1
         if end > len(self._matrix):
             self._map(self._capacity_for(end))
-        self._matrix[rows] = unit_vectors
+        data = np.ascontiguousarray(unit_vectors, dtype=self._numpy_dtype)
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        descriptor = os.open(self.path, os.O_WRONLY)
+        try:
+            for run in np.split(np.arange(len(rows)), breaks):
+                offset = self.data_offset + int(rows[run[0]]) * self.row_bytes
+                os.pwrite(descriptor, data[run[0] : run[-1] + 1].tobytes(), offset)
+        finally:
+            os.close(descriptor)
         self._rows = max(self._rows, end)
 
     def gather(self, rows: np.ndarray, columns: int | None = None) -> np.ndarray:
@@ -207,8 +267,6 @@ class VectorFile:
 
     def save(self, counter: int, store_id: str) -> None:
         """Flush the file and record (atomically) that it reflects the store at ``counter``."""
-        if isinstance(self._matrix, np.memmap):
-            self._matrix.flush()
         if self.path.is_file():
             descriptor = os.open(self.path, os.O_RDONLY)
             try:
@@ -233,5 +291,5 @@ class VectorFile:
         return {
             "dtype": self.dtype,
             "file": self.path.name,
-            "bytes_on_disk": len(self._matrix) * self.row_bytes,
+            "bytes_on_disk": self.data_offset + len(self._matrix) * self.row_bytes,
         }

@@ -105,6 +105,14 @@ class Searching(Opening):
         )
 
     @staticmethod
+    def _hit(found: Any, score: float, contents: bool) -> Hit:
+        """A hit from one of Milvus's search results (its text and metadata with ``contents``)."""
+        doc_id = id_of(found[KEY])
+        if not contents:
+            return Hit(doc_id, score)
+        return Hit(doc_id, score, Contents(doc_id, found["text"], json.loads(found["metadata"])))
+
+    @staticmethod
     def _filtering(where: Filter | None) -> Filtering | None:
         """A filtered search's report: Milvus applies the filter and does not say how many
         documents it matched."""
@@ -120,17 +128,20 @@ class Searching(Opening):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """The ``k`` best documents per query from one field (see
-        :meth:`index.Collection.search`; a filtered search's ``filtering`` says ``milvus``)."""
+        :meth:`index.Collection.search`; a filtered search's ``filtering`` says ``milvus``).
+        With ``contents``, Milvus returns the hits' text and metadata with them."""
         vector = self._field(scoring, dim, kind)
         k = check_count(k, "k")
         queries = as_matrix(query_vectors, sorted({dim, self.dim}), "query_vectors")
         started = time.perf_counter()
+        fields = ["text", "metadata"] if contents else []
         rows = self._search_rows(
-            vector, in_space(scoring, dim, queries, self.fragment_dim), k, ef_search, where
+            vector, in_space(scoring, dim, queries, self.fragment_dim), k, ef_search, where, fields
         )
-        hits = [[Hit(id_of(hit[KEY]), float(hit["distance"])) for hit in row] for row in rows]
+        hits = [[self._hit(hit, float(hit["distance"]), contents) for hit in row] for row in rows]
         timings: Timings = {"search": time.perf_counter() - started}
         return SearchResult(hits, timings, self._filtering(where))
 
@@ -144,9 +155,11 @@ class Searching(Opening):
         *,
         ef_search: int | None = None,
         where: Filter | None = None,
+        contents: bool = False,
     ) -> SearchResult:
         """Coarse-to-fine: ``k × factor`` from the shortlist prefix's field (filtered there),
-        returned with their ``full`` vectors, re-ranked exactly (:func:`index.rerank.rerank`)."""
+        returned with their ``full`` vectors (and with ``contents`` their text and metadata),
+        re-ranked exactly (:func:`index.rerank.rerank`)."""
         vector = self._field("cosine", shortlist_dim, kind)
         k = check_count(k, "k")
         shortlist_k = k * check_count(factor, "factor")
@@ -162,7 +175,7 @@ class Searching(Opening):
                 shortlist_k,
                 ef_search,
                 where,
-                [FULL],
+                [FULL, "text", "metadata"] if contents else [FULL],
             )
         shortlisted = time.perf_counter()
         scores, positions = rerank(
@@ -172,7 +185,7 @@ class Searching(Opening):
         )
         ranked = [
             [
-                Hit(id_of(row[position][KEY]), float(score))
+                self._hit(row[position], float(score), contents)
                 for score, position in zip(query_scores, query_positions, strict=True)
                 if position >= 0
             ]

@@ -183,8 +183,10 @@ class QueryResultOut(BaseModel):
 
 class Timings(BaseModel):
     """Milliseconds. encode includes the wait in the encoder queue; route is auto's head call;
-    search is the index calls (for c2f the shortlist); rerank is c2f's exact re-rank at
-    the full dimension (0 without c2f); fetch reads the hits' texts and metadata from the store."""
+    search is the index calls (an embedded c2f's shortlist and re-rank are one native call,
+    counted here); rerank is c2f's exact re-rank at the full dimension where it is a step of its
+    own (Milvus, a filtered scan; else 0); fetch assembles the matches (their texts and metadata
+    are read in the store query that names the hits, counted in search)."""
 
     encode: float
     route: float

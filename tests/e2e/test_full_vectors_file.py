@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from index.embedded.vector_file import VectorFile
 from support.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
 
@@ -54,8 +55,8 @@ def test_restart_maps_the_file_and_a_corrupted_file_is_rebuilt(
 
     data = index_dir / "vectors.f16"
     payload = bytearray(data.read_bytes())
-    row_bytes = dim * 2  # float16
-    payload[10 * row_bytes + 5] ^= 0xFF  # inside row 10, one of the rows the record vouches for
+    row_10 = VectorFile(index_dir, dim, "float16").data_offset + 10 * dim * 2
+    payload[row_10 + 5] ^= 0xFF  # inside row 10, one of the rows the record vouches for
     data.write_bytes(bytes(payload))
     server = launch(tiny_bundle_dir, index_dir, **SETTINGS)
     with server.client() as client:

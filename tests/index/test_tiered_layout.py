@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from index import Collection, HnswParams
+from index.embedded.vector_file import VectorFile
 
 DIM, COARSE = 32, 8
 
@@ -108,7 +109,7 @@ def test_a_corrupted_file_is_detected_by_its_checksum_and_rebuilt(
     collection.close()
     data = tmp_path / "vectors.f32"
     with data.open("r+b") as file:  # one flipped byte in row 50's vector
-        file.seek(50 * DIM * 4 + 7)
+        file.seek(VectorFile(tmp_path, DIM).data_offset + 50 * DIM * 4 + 7)
         byte = file.read(1)
         file.seek(-1, 1)
         file.write(bytes([byte[0] ^ 0xFF]))
@@ -117,6 +118,25 @@ def test_a_corrupted_file_is_detected_by_its_checksum_and_rebuilt(
     recovery = reopened.stats().recovery["full_vectors"]
     assert recovery["action"] == "rebuilt" and "checksum" in recovery["reason"]
     assert recovery["rows_written"] == 200
+    assert c2f(reopened, queries) == before
+    reopened.close()
+
+
+def test_a_file_whose_header_disagrees_with_its_size_is_rebuilt(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    collection = open_tiered(tmp_path)
+    add(collection, rng, [f"d{i}" for i in range(200)])
+    collection.snapshot()
+    queries = rng.standard_normal((4, DIM)).astype(np.float32)
+    before = c2f(collection, queries)
+    collection.close()
+    with (tmp_path / "vectors.f32").open("ab") as file:  # a row more than the header says
+        file.write(bytes(DIM * 4))
+
+    reopened = open_tiered(tmp_path)
+    recovery = reopened.stats().recovery["full_vectors"]
+    assert recovery["action"] == "rebuilt" and "header" in recovery["reason"]
     assert c2f(reopened, queries) == before
     reopened.close()
 
@@ -136,9 +156,11 @@ def test_float16_full_vectors_halve_the_file_and_keep_the_ranking(
         np.testing.assert_allclose(
             [score for _, score in rounded], [score for _, score in exact], atol=2e-3
         )
-    sizes = {c.stats().full_vectors["dtype"]: c.stats().full_vectors["bytes_on_disk"]
-             for c in (single, half)}
-    assert sizes["float16"] * 2 == sizes["float32"]
+    rows_bytes = {
+        dtype: c.stats().full_vectors["bytes_on_disk"] - VectorFile(tmp_path, DIM, dtype).data_offset
+        for dtype, c in (("float32", single), ("float16", half))
+    }
+    assert rows_bytes["float16"] * 2 == rows_bytes["float32"]
     single.close()
     half.close()
 

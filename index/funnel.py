@@ -1,0 +1,63 @@
+"""The C2F funnel as one native call: a shortlist from a prefix index, re-ranked exactly at the
+full dimension, inside FAISS.
+
+The chain is FAISS's own ``IndexRefine``:
+
+- its base is the prefix index (an ID-mapped graph or flat or PQ index, whose ids are row ids)
+  behind an ``IndexPreTransform`` that keeps the query's first ``prefix_dim`` values
+  (``RemapDimensionsTransform``) and re-normalises them (``NormalizationTransform``), so one
+  full unit query serves both stages;
+- its refine index is the full-vector file as FAISS maps it
+  (:attr:`index.embedded.vector_file.VectorFile.refine`: row ``r`` is vector ``r``), which
+  scores each shortlisted row id by inner product of the full unit vectors.
+
+So a query batch costs one call, with no Python per query or per candidate; the full vectors
+stay file-backed. ``IndexRefine`` checks at construction that base and refine hold as many
+vectors; here they do not (the file has a slot per row id, removed and unwritten rows
+included), so it is made over the base twice and the refine index is set after. Search
+parameters reach the base's own index (``SearchParametersPreTransform``), so an HNSW walk's
+efSearch and its selector (tombstones, a filter's rows) apply inside the walk, and the re-rank
+only sees rows the walk kept.
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+
+class Funnel:
+    """``IndexRefine`` over one prefix index and the full-vector file (see the module
+    docstring). Holds references to both: FAISS keeps raw pointers to them."""
+
+    def __init__(self, base: faiss.Index, prefix_dim: int, refine: faiss.Index) -> None:
+        self.base = base
+        self.refine = refine
+        first = faiss.RemapDimensionsTransform(refine.d, prefix_dim, False)  # type: ignore[arg-type]
+        self._transforms = (first, faiss.NormalizationTransform(prefix_dim, 2.0))
+        self._chain = faiss.IndexPreTransform(base)
+        for transform in reversed(self._transforms):  # False: the first values, not spread out
+            self._chain.prepend_transform(transform)
+        self._index = faiss.IndexRefine(self._chain, self._chain)
+        self._index.refine_index = refine
+        self._index.ntotal = refine.ntotal
+        self._index.own_fields = False
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        shortlist: int,
+        base_params: faiss.SearchParameters | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` rows by full-dimension inner product among each query's ``shortlist``
+        (at least ``k``) from the base index, and their scores, ``(n, k)`` each, best first, -1
+        where fewer were found. ``queries`` are full unit vectors; ``base_params`` are the base
+        index's own search parameters (None: its defaults)."""
+        params = faiss.IndexRefineSearchParameters()  # type: ignore[attr-defined]  # not stubbed
+        params.k_factor = (shortlist + 0.5) / k  # FAISS truncates k * k_factor to the shortlist
+        if base_params is not None:
+            wrapped = faiss.SearchParametersPreTransform()  # type: ignore[attr-defined]
+            wrapped.index_params = base_params
+            params.base_index_params = wrapped
+        return self._index.search(queries, k, params=params)
