@@ -8,9 +8,12 @@ Every engine indexes the same unit vectors and answers the same queries, one at 
 thread; recall@10 is against exact search at the full dimension. The engines:
 
 - ``fractal``: the fine route as the service runs it on the tiered layout, i.e.
-  :meth:`index.Collection.search_c2f` over an SQ8 HNSW graph at the shortlist prefix and float16
-  full vectors memory-mapped, re-ranked exactly, hits named from SQLite (knobs: efSearch and the
-  shortlist factor);
+  :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
+  re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
+  named from SQLite (knobs: efSearch and the shortlist factor). One engine row per first stage
+  of ``--fractal-stages`` (``PREFIX-STORAGE``: the graph's prefix and its ``sq8`` or ``sq4``
+  codes), e.g. ``fractal:192-sq8``; at each recall floor Fractal is its fastest first stage
+  there, as the service's measured choice would be;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -70,7 +73,9 @@ class Settings:
     documents: int = option(1_000_000, "documents indexed by every engine")
     queries: int = option(1_000, "queries (held-out real texts with --bundle)")
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
-    shortlist_dim: int = option(192, "Fractal's shortlist prefix")
+    fractal_stages: tuple[str, ...] = option(
+        ("192-sq8", "256-sq8", "256-sq4"), "Fractal's first stages, PREFIX-STORAGE, comma-separated"
+    )
     m: int = option(32, "graph degree (M, connectivity) of every engine")
     ef_construction: int = option(100, "beam width while building, every engine")
     ef_values: tuple[int, ...] = option(
@@ -87,7 +92,7 @@ SMOKE = Settings(
     documents=3_000,
     queries=40,
     dim=64,
-    shortlist_dim=32,
+    fractal_stages=("32-sq8", "64-sq8"),
     m=16,
     ef_construction=40,
     ef_values=(16, 64),
@@ -135,20 +140,30 @@ def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarr
     return rows[np.argsort(-scores, kind="stable")[:K]]
 
 
+def _stage(name: str) -> tuple[int, str]:
+    """The prefix and storage of a Fractal engine named ``fractal:PREFIX-STORAGE``."""
+    prefix, storage = name.removeprefix("fractal:").split("-")
+    return int(prefix), storage
+
+
 def fractal(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: bool, name: str
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
-    """Build the tiered collection, close it, and return an opener of the saved one."""
+    """Build the tiered collection with ``name``'s first stage, close it, and return an opener
+    of the saved one."""
     from index import Collection, HnswParams
+
+    shortlist_dim, storage = _stage(name)
+    params = HnswParams(m=settings.m, ef_construction=settings.ef_construction, storage=storage)
 
     def collection() -> Collection:
         return Collection(
             folder,
             dim=base.shape[1],
-            prefix_dims=(settings.shortlist_dim, base.shape[1]),
+            prefix_dims=tuple(sorted({shortlist_dim, base.shape[1]})),
             index_kinds=("hnsw",),
-            hnsw=HnswParams(m=settings.m, ef_construction=settings.ef_construction, storage="sq8"),
-            layout={settings.shortlist_dim: ("hnsw",)},
+            hnsw=params,
+            layout={shortlist_dim: ("hnsw",)},
             full_dtype="float16",
         )
 
@@ -166,7 +181,7 @@ def fractal(
 
         def search(query: np.ndarray, knob: Knob) -> tuple[np.ndarray, float]:
             result = served.search_c2f(
-                query, K, settings.shortlist_dim, knob["factor"], "hnsw", ef_search=knob["ef"]
+                query, K, shortlist_dim, knob["factor"], "hnsw", ef_search=knob["ef"]
             )
             ids = np.array([int(hit.id) for hit in result.hits[0]], np.int64)
             return ids, sum(result.timings.values())  # the funnel (or shortlist and re-rank)
@@ -311,13 +326,31 @@ def qdrant_int8(
     return opened, _knobs(settings, "oversampling")
 
 
-BUILDERS = {
-    "fractal": fractal,
+Builder = Callable[[Settings, np.ndarray, Path, bool], tuple[Callable[[], Searcher], list[Knob]]]
+BUILDERS: dict[str, Builder] = {
     "faiss_flat": faiss_flat,
     "faiss_sq8_refine": faiss_sq8_refine,
     "usearch_i8": usearch_i8,
     "qdrant_int8": qdrant_int8,
 }
+
+
+def _builder(name: str) -> Builder:
+    """The builder of engine ``name`` (a Fractal one is ``fractal:PREFIX-STORAGE``)."""
+    if name.startswith("fractal:"):
+        return lambda settings, base, folder, build: fractal(settings, base, folder, build, name)
+    return BUILDERS[name]
+
+
+def engine_names(settings: Settings) -> list[str]:
+    """The engines of a run in order, ``fractal`` as one engine per first stage."""
+    names: list[str] = []
+    for name in settings.engines:
+        if name == "fractal":
+            names += [f"fractal:{stage}" for stage in settings.fractal_stages]
+        else:
+            names.append(name)
+    return names
 
 
 def _memory() -> dict[str, int]:
@@ -329,7 +362,7 @@ def build_engine(name: str, settings: Settings, data: Path, folder: Path) -> dic
     """Build the engine's index over the base vectors and save it in ``folder``."""
     base = np.load(data / "base.npy")
     started = time.perf_counter()
-    BUILDERS[name](settings, base, folder, True)
+    _builder(name)(settings, base, folder, True)
     return {"build_seconds": time.perf_counter() - started}
 
 
@@ -342,7 +375,7 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
     base = np.load(data / "base.npy")
     queries = np.load(data / "queries.npy")
     truth = np.load(data / "truth.npy")
-    opener, knobs = BUILDERS[name](settings, base, folder, False)
+    opener, knobs = _builder(name)(settings, base, folder, False)
     gc.collect()
     before = _memory()
     search = opener()
@@ -405,15 +438,27 @@ def operating_points(engine: dict) -> dict[str, dict | None]:
     return points
 
 
+def fractal_points(engines: Sequence[dict]) -> dict[str, dict | None]:
+    """Per recall floor, Fractal's fastest first stage reaching it (its engine named)."""
+    ours = [engine for engine in engines if engine["engine"].startswith("fractal")]
+    points: dict[str, dict | None] = {}
+    for floor in map(str, FLOORS):
+        reaching = [
+            e["points"][floor] | {"engine": e["engine"]} for e in ours if e["points"][floor]
+        ]
+        points[floor] = min(reaching, key=lambda row: row["p50_us"], default=None)
+    return points
+
+
 def targets(engines: Sequence[dict]) -> list[dict]:
     by_name = {engine["engine"]: engine for engine in engines}
-    found = []
-    fractal = by_name.get("fractal")
-    peers = [engine for name, engine in by_name.items() if name != "fractal"]
-    if fractal is None or not peers:
+    found: list[dict] = []
+    chosen = fractal_points(engines)
+    peers = [engine for name, engine in by_name.items() if not name.startswith("fractal")]
+    if len(peers) == len(engines) or not peers:
         return found
     for floor in map(str, FLOORS):
-        ours = fractal["points"][floor]
+        ours = chosen[floor]
         best = min(
             (p["points"][floor] | {"engine": p["engine"]} for p in peers if p["points"][floor]),
             key=lambda row: row["p50_us"],
@@ -425,7 +470,7 @@ def targets(engines: Sequence[dict]) -> list[dict]:
         else:
             ratio = ours["p50_us"] / best["p50_us"]
             reached = (
-                f"{ratio:.2f}× {best['engine']} "
+                f"{ours['engine']}: {ratio:.2f}× {best['engine']} "
                 f"(p99 {ours['p99_us']:.0f} vs {best['p99_us']:.0f} µs)"
             )
             met = ratio <= TARGET_P50_RATIO and ours["p99_us"] <= best["p99_us"]
@@ -437,13 +482,16 @@ def targets(engines: Sequence[dict]) -> list[dict]:
                 "met": met,
             }
         )
+    first = next((point for point in chosen.values() if point is not None), None)
+    fractal = by_name[first["engine"]] if first is not None else None
     qdrant = by_name.get("qdrant_int8")
-    if qdrant is not None:
+    if qdrant is not None and fractal is not None:
         ours_bytes = fractal["anon_bytes_per_doc"] + fractal["file_bytes_per_doc"]
         theirs = qdrant["anon_bytes_per_doc"] + qdrant["file_bytes_per_doc"]
         found.append(
             {
-                "target": "resident memory per document (anonymous + file-backed) ≤ Qdrant's",
+                "target": "resident memory per document (anonymous + file-backed) ≤ Qdrant's "
+                f"({fractal['engine']}, Fractal's choice at the lowest floor it reaches)",
                 "reached": f"{ours_bytes:.0f} B vs {theirs:.0f} B",
                 "met": ours_bytes <= theirs,
             }
@@ -452,9 +500,20 @@ def targets(engines: Sequence[dict]) -> list[dict]:
 
 
 def run(settings: Settings, progress: Progress) -> dict:
-    unknown = sorted(set(settings.engines) - set(BUILDERS))
+    unknown = sorted(set(settings.engines) - set(ENGINES))
     if unknown:
         raise SystemExit(f"error: unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    for stage in settings.fractal_stages:
+        prefix, _, storage = stage.partition("-")
+        if (
+            not prefix.isdigit()
+            or not 0 < int(prefix) <= settings.dim
+            or storage not in ("sq8", "sq4")
+        ):
+            raise SystemExit(
+                f"error: fractal stage {stage!r} is not PREFIX-STORAGE with a prefix up to "
+                f"{settings.dim} and storage sq8 or sq4"
+            )
     base, queries = _data(settings, progress)
     truth = exact_neighbours(base, queries, K)
     engines = []
@@ -465,13 +524,13 @@ def run(settings: Settings, progress: Progress) -> dict:
             np.save(data / f"{name}.npy", array)
         del base
         context = multiprocessing.get_context("spawn")
-        for name in settings.engines:
-            folder = work / name
+        for name in engine_names(settings):
+            folder = work / name.replace(":", "-")
             folder.mkdir()
             engine: dict = {}
             for step in ("build", "measure"):
                 progress(f"{name}: {step} (a fresh process)")
-                answer = work / f"{name}.{step}.json"
+                answer = work / f"{folder.name}.{step}.json"
                 child = context.Process(
                     target=_child, args=(step, name, settings, data, folder, answer)
                 )
@@ -526,7 +585,7 @@ def markdown(report: dict) -> str:
             f"### `{engine['engine']}`\n\n"
             + markdown_table(
                 [*knobs, "recall@10", "p50 µs", "p99 µs"]
-                + (["index work p50 µs (shortlist + re-rank)"] if inner else []),
+                + (["index work p50 µs (the funnel call)"] if inner else []),
                 [
                     [
                         *(str(row[key]) for key in knobs),
@@ -552,8 +611,9 @@ def markdown(report: dict) -> str:
                     "one thread; recall@10 against exact search at the full dimension",
                     f"every graph M = {settings['m']}, efConstruction = "
                     f"{settings['ef_construction']}; efSearch swept over {settings['ef_values']}, "
-                    f"factors over {settings['factors']}; Fractal's shortlist prefix "
-                    f"{settings['shortlist_dim']}",
+                    f"factors over {settings['factors']}; Fractal's first stages (prefix-codes) "
+                    f"{', '.join(settings['fractal_stages'])}, each an engine row, the fastest "
+                    "reaching a floor its choice there (the targets)",
                     "each engine built, saved and reopened in a fresh process; RAM is that "
                     "process's RssAnon and RssFile growth from before opening the saved index "
                     "to after the queries; a cell is the engine's lowest p50 reaching the floor",

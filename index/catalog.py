@@ -106,11 +106,12 @@ def bundle_pq_codebooks(settings: StorageSettings, manifest: Manifest) -> dict[i
 
 
 def _layout(settings: StorageSettings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
-    return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, manifest.shortlist_dim)
+    shortlist_dim = settings.shortlist_dim(manifest)
+    return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, shortlist_dim)
 
 
-def _prefix_dims(manifest: Manifest) -> list[int]:
-    return sorted({manifest.coarse_dim, manifest.shortlist_dim, manifest.fine_dim})
+def _prefix_dims(settings: StorageSettings, manifest: Manifest) -> list[int]:
+    return sorted({manifest.coarse_dim, settings.shortlist_dim(manifest), manifest.fine_dim})
 
 
 def _fragment_dim(settings: StorageSettings, manifest: Manifest) -> int | None:
@@ -177,7 +178,7 @@ class EmbeddedCatalog:
             return Collection(
                 settings.index_dir,
                 dim=manifest.dim,
-                prefix_dims=_prefix_dims(manifest),
+                prefix_dims=_prefix_dims(settings, manifest),
                 index_kinds=settings.index_kinds,
                 hnsw=settings.hnsw,
                 pq=settings.pq,
@@ -316,7 +317,7 @@ class MilvusCatalog:
                 self.connection,
                 self.milvus_name(name),
                 dim=manifest.dim,
-                prefix_dims=_prefix_dims(manifest),
+                prefix_dims=_prefix_dims(settings, manifest),
                 layout=_layout(settings, manifest),
                 record=record,
                 params=self._params,
@@ -370,7 +371,10 @@ class MilvusCatalog:
 def catalog_for(
     settings: StorageSettings, manifest: Manifest, on_error: Callable[[str], None] | None = None
 ) -> Catalog:
-    """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls."""
+    """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls.
+    With ``FRACTAL_FIRST_STAGE=bundle`` the graphs take the bundle's measured first stage
+    (:meth:`index.settings.StorageSettings.for_bundle`)."""
+    settings = settings.for_bundle(manifest)
     if settings.index_backend == "embedded":
         return EmbeddedCatalog(settings, manifest)
     try:

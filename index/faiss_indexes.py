@@ -10,8 +10,9 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 
 - ``exact``: ``IndexFlatIP``; removal is physical.
 - ``hnsw``: an HNSW graph with ``METRIC_INNER_PRODUCT`` over float32 vectors (``IndexHNSWFlat``,
-  storage ``flat``) or over 8-bit scalar-quantised codes (``IndexHNSWSQ``, storage ``sq8``: a
-  quarter of the vector bytes). SQ8 learns each coordinate's range, so until ``sq_train_size``
+  storage ``flat``) or over 8-bit or 4-bit scalar-quantised codes (``IndexHNSWSQ``, storage
+  ``sq8`` or ``sq4``: a quarter or an eighth of the vector bytes). SQ learns each coordinate's
+  range, so until ``sq_train_size``
   vectors exist the graph stores float32 (``stats`` says ``"trained": False``) and
   :meth:`HnswIndex.replacement` then trains on every vector present and builds the SQ8 graph.
   HNSW cannot remove a node, so a removed id becomes a tombstone: it stays in the graph (still
@@ -26,7 +27,8 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   MSHC bundle's), the index is trained from the start with exactly those centroids.
 
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
-``4 · dim`` for float32 storage, ``dim`` for SQ8, the PQ code size once trained.
+``4 · dim`` for float32 storage, ``dim`` for SQ8, ``dim / 2`` for SQ4, the PQ code size once
+trained.
 
 Filtered search (:meth:`VectorIndex.search_filtered`) returns only rows of a
 :class:`index.rowset.RowSet`: ``hnsw`` walks the graph with an ``IDSelectorBitmap`` in its
@@ -50,13 +52,14 @@ import numpy as np
 from index.rowset import RowSet
 
 KINDS = ("exact", "hnsw", "pq")
-HNSW_STORAGES = ("flat", "sq8")
+HNSW_STORAGES = ("flat", "sq8", "sq4")
+_QUANTIZERS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "sq4": faiss.ScalarQuantizer.QT_4bit}
 
 
 @dataclass(frozen=True)
 class HnswParams:
     """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, and
-    how the graph stores vectors (``flat`` float32 or ``sq8`` codes, trained once
+    how the graph stores vectors (``flat`` float32, or ``sq8`` or ``sq4`` codes, trained once
     ``sq_train_size`` vectors exist)."""
 
     m: int = 32
@@ -154,13 +157,13 @@ def _select_columns(
 
 
 def _hnsw_graph(dim: int, params: HnswParams, training: np.ndarray | None) -> faiss.IndexHNSW:
-    """An empty graph: float32 storage, or SQ8 trained on ``training`` when that is given."""
+    """An empty graph: float32 storage, or SQ codes trained on ``training`` when that is given."""
     if training is None:
         graph = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
     else:
         graph = faiss.IndexHNSWSQ(  # type: ignore[assignment]  # both are IndexHNSW
             dim,
-            faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]  # the stubs want the object
+            _QUANTIZERS[params.storage],  # type: ignore[arg-type]  # the stubs want the object
             params.m,
             faiss.METRIC_INNER_PRODUCT,
         )
@@ -312,7 +315,7 @@ class HnswIndex(VectorIndex):
         """A new graph, or ``index`` as loaded; an SQ8 graph given ``training`` vectors learns
         its ranges from them at once (a bulk build: no float32 graph first)."""
         if index is None:
-            sample = training if params.storage == "sq8" else None
+            sample = training if params.storage != "flat" else None
             index = faiss.IndexIDMap(_hnsw_graph(dim, params, sample))
         super().__init__(dim, index)
         self.params = params
@@ -320,6 +323,7 @@ class HnswIndex(VectorIndex):
         self._live_selector = self._make_live_selector()
         self._node_bitmaps: dict[int, tuple[RowSet, int, np.ndarray | None]] = {}
         self._node_bitmaps_lock = threading.Lock()
+        self._shared_parameters: dict[int, faiss.SearchParameters] = {}
 
     def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
         """``(IDSelectorNot(deleted), deleted)`` or ``()``; FAISS holds raw pointers to both."""
@@ -344,15 +348,28 @@ class HnswIndex(VectorIndex):
         self, ef_search: int | None = None, allowed: RowSet | None = None
     ) -> faiss.SearchParameters:
         """The walk's efSearch (``ef_search`` or the params' default) and its selector: the rows
-        ``allowed``, else every row but the tombstones. Made per call: the ID map rewrites the
-        selector while it searches. ``allowed`` needs no tombstone test: a filter's rows are
-        present in the store, and a removed row never comes back (row ids are not reused)."""
-        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
-        search_params.efSearch = self.params.ef_search if ef_search is None else ef_search
+        ``allowed``, else every row but the tombstones. With a selector they are made per call:
+        the ID map rewrites the selector while it searches. Without one (no filter, no
+        tombstone) nothing rewrites them, so one object per efSearch is kept and shared: treat
+        it as read-only. ``allowed`` needs no tombstone test: a filter's rows are present in
+        the store, and a removed row never comes back (row ids are not reused)."""
+        ef = self.params.ef_search if ef_search is None else ef_search
+        if allowed is None and not self._live_selector:
+            shared = self._shared_parameters.get(ef)
+            if shared is None:
+                shared = self._shared_parameters[ef] = self._walk_parameters(ef)
+            return shared
+        search_params = self._walk_parameters(ef)
         if allowed is not None:
             search_params.sel = allowed.selector()
-        elif self._live_selector:
+        else:
             search_params.sel = self._live_selector[0]
+        return search_params
+
+    @staticmethod
+    def _walk_parameters(ef_search: int) -> faiss.SearchParameters:
+        search_params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
+        search_params.efSearch = ef_search
         return search_params
 
     def search(
@@ -374,7 +391,9 @@ class HnswIndex(VectorIndex):
         if bitmap is None:
             search_params = self.search_parameters(ef_search, allowed)
             return self._index.search(queries, k, params=search_params)
-        search_params = self.search_parameters(ef_search)
+        search_params = self._walk_parameters(
+            self.params.ef_search if ef_search is None else ef_search
+        )  # its own: the selector is set on it
         search_params.sel = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg,arg-type]
         scores, nodes = self._index.index.search(queries, k, params=search_params)
         return scores, np.where(nodes >= 0, self._node_ids()[np.maximum(nodes, 0)], -1)
@@ -418,17 +437,17 @@ class HnswIndex(VectorIndex):
 
     @property
     def _quantised(self) -> bool:
-        """Whether the graph stores SQ8 codes (else float32 vectors)."""
+        """Whether the graph stores SQ codes (else float32 vectors)."""
         return isinstance(faiss.downcast_index(self._index.index), faiss.IndexHNSWSQ)
 
     @property
     def trained(self) -> bool:
-        """Whether the graph stores what its params ask for (SQ8 codes need training first)."""
-        return self._quantised == (self.params.storage == "sq8")
+        """Whether the graph stores what its params ask for (SQ codes need training first)."""
+        return self._quantised == (self.params.storage != "flat")
 
     def replacement(self) -> HnswIndex | None:
         """A fresh graph of the live vectors when tombstones are due for compaction, or when an
-        SQ8 graph has reached its training size (trained on every live vector)."""
+        SQ graph has reached its training size (trained on every live vector)."""
         compact = len(self._deleted) > self.params.max_deleted_fraction * self._index.ntotal
         train = not self.trained and len(self) >= self.params.sq_train_size
         if not (compact or train):
@@ -436,7 +455,7 @@ class HnswIndex(VectorIndex):
         ids, vectors = _flat_contents(self._index)
         live = ~np.isin(ids, self.deleted_ids())
         vectors = np.ascontiguousarray(vectors[live])
-        training = vectors if self.params.storage == "sq8" and (train or self.trained) else None
+        training = vectors if self.params.storage != "flat" and (train or self.trained) else None
         graph = faiss.IndexIDMap(_hnsw_graph(self.dim, self.params, training))
         fresh = HnswIndex(self.dim, self.params, graph)
         fresh.add(ids[live], vectors)
@@ -456,7 +475,10 @@ class HnswIndex(VectorIndex):
         )
 
     def bytes_per_vector(self) -> int:
-        return self.dim if self._quantised else 4 * self.dim
+        if not self._quantised:
+            return 4 * self.dim
+        graph = faiss.downcast_index(self._index.index)
+        return int(graph.storage.sa_code_size())  # type: ignore[attr-defined]  # an IndexHNSW
 
     def stats(self) -> dict:
         return {

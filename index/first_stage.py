@@ -32,8 +32,9 @@ DEGREES = (16, 32)
 EF_VALUES = (16, 32, 64, 128, 256)
 FACTORS = (2, 4, 8)
 FLOORS = (0.95, 0.99)
-BUDGET_BYTES = 400
-"""Resident bytes per document a first stage may hold (codes plus links)."""
+BUDGET_SHARE = 1 / 3
+"""Resident bytes per document a first stage may hold (codes plus links), as a share of an
+``HNSW32,Flat`` graph's at the full dimension (float32 vectors and level-0 links)."""
 K = 10
 EF_CONSTRUCTION = 100
 TIMED_QUERIES = 200
@@ -72,6 +73,46 @@ class FirstStageMeasurement:
     budget_bytes_per_doc: int
     points: tuple[OperatingPoint, ...]
     choices: dict[float, OperatingPoint | None]
+
+    def markdown(self) -> list[str]:
+        """A "C2F first stage" section: each candidate's fastest point per floor, and the
+        choices, one line each."""
+        lines = [
+            "## C2F first stage",
+            "",
+            f"The native funnel per candidate graph (prefix, codes, degree M), {self.documents:,} "
+            f"documents, {self.queries:,} queries, one thread: the lowest p50 reaching each "
+            f"recall@{self.k} floor, and the resident bytes per document (codes and links).",
+            "",
+            "| first stage | B/doc | " + " | ".join(f"p50 µs ≥ {f}" for f in self.choices) + " |",
+            "|---|---|" + "---|" * len(self.choices),
+        ]
+        candidates = dict.fromkeys(point.candidate for point in self.points)
+        for candidate in candidates:
+            mine = [point for point in self.points if point.candidate == candidate]
+            cells = []
+            for floor in self.choices:
+                reaching = [point.p50_us for point in mine if point.recall >= floor]
+                cells.append(f"{min(reaching):.0f}" if reaching else "—")
+            lines.append(
+                f"| {candidate.dim}-d {candidate.storage} M{candidate.m} | "
+                f"{mine[0].resident_bytes_per_doc:.0f} | " + " | ".join(cells) + " |"
+            )
+        lines.append("")
+        for floor, choice in self.choices.items():
+            if choice is None:
+                lines.append(
+                    f"- recall@{self.k} ≥ {floor}: no candidate within "
+                    f"{self.budget_bytes_per_doc} B/doc reaches it."
+                )
+            else:
+                c = choice.candidate
+                lines.append(
+                    f"- recall@{self.k} ≥ {floor}: **{c.dim}-d {c.storage} M{c.m}**, efSearch "
+                    f"{choice.ef_search}, shortlist {self.k}×{choice.factor} (recall "
+                    f"{choice.recall:.3f}, p50 {choice.p50_us:.0f} µs)."
+                )
+        return lines
 
     def to_json(self) -> dict:
         def point(value: OperatingPoint | None) -> dict | None:
@@ -158,11 +199,12 @@ def measure_first_stage(
     ef_values: Sequence[int] = EF_VALUES,
     factors: Sequence[int] = FACTORS,
     floors: Sequence[float] = FLOORS,
-    budget_bytes: int = BUDGET_BYTES,
+    budget_bytes: int | None = None,
     timed_queries: int = TIMED_QUERIES,
 ) -> FirstStageMeasurement:
     """Measure every candidate on ``corpus`` (full embeddings, ``[n, dim]``, ``dim`` the last of
-    ``prefix_dims``) with ``queries``, and choose per recall floor (see the module docstring).
+    ``prefix_dims``) with ``queries``, and choose per recall floor (see the module docstring)
+    within ``budget_bytes`` per document (default: :data:`BUDGET_SHARE` of ``HNSW32,Flat``'s).
 
     FAISS runs on one thread while it measures (the service's per-query cost); the caller's
     thread count is restored after."""
@@ -174,6 +216,8 @@ def measure_first_stage(
     unknown = set(storages) - set(STORAGES)
     if unknown:
         raise ValueError(f"storages must be among {', '.join(STORAGES)}, got {sorted(unknown)}")
+    if budget_bytes is None:
+        budget_bytes = int(BUDGET_SHARE * (4 * full_dim + 4 * 2 * 32))
     full_corpus, full_queries = _unit(corpus), _unit(queries)
     exact = full_queries @ full_corpus.T
     truth = np.argsort(-exact, axis=1, kind="stable")[:, :K]
@@ -213,6 +257,4 @@ def measure_first_stage(
             if point.recall >= floor and point.resident_bytes_per_doc <= budget_bytes
         ]
         choices[float(floor)] = min(fit, key=lambda point: point.p50_us) if fit else None
-    return FirstStageMeasurement(
-        K, len(corpus), len(queries), budget_bytes, tuple(points), choices
-    )
+    return FirstStageMeasurement(K, len(corpus), len(queries), budget_bytes, tuple(points), choices)

@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bundle import Manifest
 from index.faiss_indexes import HnswParams, PqParams
+from index.first_stage import FLOORS as FIRST_STAGE_FLOORS
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
@@ -68,10 +70,24 @@ class StorageSettings(BaseSettings):
     hnsw_m: int = Field(32, ge=2, description="HNSW graph degree (M)")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW beam width while building")
     hnsw_ef_search: int = Field(128, ge=1, description="HNSW beam width while searching")
-    hnsw_storage: Literal["flat", "sq8"] = Field(
+    hnsw_storage: Literal["flat", "sq8", "sq4"] = Field(
         "flat",
-        description="HNSW vectors as float32 (flat) or 8-bit scalar-quantised codes (sq8: a "
-        "quarter of the bytes; float32 until 10,000 vectors exist to learn the ranges)",
+        description="HNSW vectors as float32 (flat) or 8-bit or 4-bit scalar-quantised codes "
+        "(sq8, sq4: a quarter or an eighth of the bytes; float32 until 10,000 vectors exist to "
+        "learn the ranges)",
+    )
+    first_stage: Literal["settings", "bundle"] = Field(
+        "settings",
+        description="C2F's first stage: from these settings (the bundle's measured shortlist "
+        "prefix, FRACTAL_HNSW_STORAGE and FRACTAL_HNSW_M), or bundle: the fastest graph "
+        "(prefix, codes, degree) the export measured reaching FRACTAL_FIRST_STAGE_RECALL within "
+        "its memory budget, for each of the three that is not set explicitly (bundles "
+        "without the measurement keep the settings)",
+    )
+    first_stage_recall: float = Field(
+        0.95,
+        description="the recall@10 floor whose measured first stage bundle applies: 0.95 "
+        "or 0.99 (the floors the export measures)",
     )
     pq_m: int = Field(
         16,
@@ -142,6 +158,9 @@ class StorageSettings(BaseSettings):
         fine = self.fine_index_kinds or ()
         if len(set(fine)) != len(fine):
             raise ValueError("fine_index_kinds must list each kind once")
+        if self.first_stage_recall not in FIRST_STAGE_FLOORS:
+            floors = " or ".join(map(str, FIRST_STAGE_FLOORS))
+            raise ValueError(f"first_stage_recall must be {floors} (the floors measured)")
         return self
 
     @property
@@ -152,6 +171,37 @@ class StorageSettings(BaseSettings):
             ef_search=self.hnsw_ef_search,
             storage=self.hnsw_storage,
         )
+
+    def measured_first_stage(self, manifest: Manifest) -> dict | None:
+        """The bundle's measured first stage at ``first_stage_recall`` (its prefix ``dim``,
+        ``storage``, ``m`` and what it measured) when ``first_stage`` is ``bundle``; None
+        otherwise, or when the bundle recorded none reaching the floor."""
+        if self.first_stage != "bundle":
+            return None
+        measured = manifest.evaluation.get("shortlist", {}).get("first_stage", {})
+        choice = measured.get("choices", {}).get(str(self.first_stage_recall))
+        return choice if isinstance(choice, dict) else None
+
+    def for_bundle(self, manifest: Manifest) -> StorageSettings:
+        """These settings with the bundle's measured first stage's codes and degree where the
+        environment did not set them (:meth:`measured_first_stage`)."""
+        choice = self.measured_first_stage(manifest)
+        if choice is None:
+            return self
+        update = {
+            field: choice[key]
+            for field, key in (("hnsw_storage", "storage"), ("hnsw_m", "m"))
+            if field not in self.model_fields_set
+        }
+        return self.model_copy(update=update)
+
+    def shortlist_dim(self, manifest: Manifest) -> int:
+        """The prefix C2F shortlists at by default: the measured first stage's (see
+        :meth:`measured_first_stage`), else the bundle's measured shortlist prefix."""
+        choice = self.measured_first_stage(manifest)
+        if choice is None or int(choice["dim"]) not in manifest.prefix_dims:
+            return manifest.shortlist_dim
+        return int(choice["dim"])
 
     def index_layout(
         self, coarse_dim: int, fine_dim: int, shortlist_dim: int | None = None
@@ -173,7 +223,6 @@ class StorageSettings(BaseSettings):
     @property
     def pq(self) -> PqParams:
         return PqParams(m=self.pq_m, nbits=self.pq_nbits)
-
 
 
 def describe_settings_error(error: ValidationError) -> str:

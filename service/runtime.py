@@ -46,6 +46,18 @@ class StoredDocument:
 
 
 @dataclass(frozen=True)
+class FirstStage:
+    """C2F's first stage in use: the graph's prefix, codes and degree, where they come from
+    (``bundle``: the export's measured choice; ``settings``), and the bundle's measurement."""
+
+    source: str
+    shortlist_dim: int
+    hnsw_storage: str
+    hnsw_m: int
+    measured: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Resolutions:
     """The dimensions the service embeds at (``prefix_dims``) and searches at."""
 
@@ -55,6 +67,7 @@ class Resolutions:
     shortlist_dim: int
     indexed_dims: list[int]
     fragment_dim: int | None
+    first_stage: FirstStage
 
 
 @dataclass(frozen=True)
@@ -415,6 +428,17 @@ class Runtime:
                 self.metrics.index_vectors.labels(**labels).set(index.vectors)
         return self.collections.default.stats()
 
+    def _first_stage(self) -> FirstStage:
+        measured = self.settings.measured_first_stage(self.manifest)
+        applied = self.settings.for_bundle(self.manifest)
+        return FirstStage(
+            source="settings" if measured is None else "bundle",
+            shortlist_dim=self.searcher.shortlist_dim,
+            hnsw_storage=applied.hnsw_storage,
+            hnsw_m=applied.hnsw_m,
+            measured=measured,
+        )
+
     def info(self) -> ServiceInfo:
         stats = self.refresh_gauges()
         manifest = self.manifest
@@ -429,6 +453,7 @@ class Runtime:
                 shortlist_dim=self.searcher.shortlist_dim,
                 indexed_dims=self.searcher.dimensions,
                 fragment_dim=self.collection.fragment_dim,
+                first_stage=self._first_stage(),
             ),
             auto_routing=AutoRouting(
                 heads=self.router.has_heads,

@@ -6,13 +6,14 @@ re-ranking and the scoring. ``granularity=auto`` is decided per query by
 shortlist of ``k × c2f_factor`` from the index at the shortlist prefix, re-ranked exactly by
 full-vector cosine (:meth:`index.Collection.search_c2f`). The shortlist prefix is the bundle's
 (:attr:`bundle.Manifest.shortlist_dim`, measured at export; the coarse prefix for bundles made
-before that), or a request's ``shortlist_dim``: a trained prefix with an index of the requested
-kind (the coarse, shortlist and fine prefixes have them, see
-:meth:`service.settings.Settings.index_layout`). At the full dimension itself, C2F is plain
-search there. A query that auto routes to coarse is answered at the coarse prefix without
-re-ranking, and its route says so. Where the layout builds no index of the requested kind at the
-fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on disk), a fine query is
-answered by C2F, and its route says so.
+before that; with ``FRACTAL_FIRST_STAGE=bundle`` the measured first stage's prefix,
+:meth:`index.settings.StorageSettings.shortlist_dim`), or a request's ``shortlist_dim``: a
+trained prefix with an index of the requested kind (the coarse, shortlist and fine prefixes
+have them, see :meth:`service.settings.Settings.index_layout`). At the full dimension itself,
+C2F is plain search there. A query that auto routes to coarse is answered at the coarse prefix
+without re-ranking, and its route says so. Where the layout builds no index of the requested
+kind at the fine prefix (``FRACTAL_FINE_INDEX_KINDS=none``: full vectors only on disk), a fine
+query is answered by C2F, and its route says so.
 
 A request's ``filter`` (:mod:`index.filters`: a JSON object, or its JSON text in a query string)
 is parsed in :meth:`Searcher.plan`, where a bad one is a 422 naming the JSON path of the
@@ -132,7 +133,7 @@ class Searcher:
         self.router = router
         self.default_k = settings.default_k
         self.c2f_factor = settings.c2f_factor
-        self.shortlist_dim = manifest.shortlist_dim
+        self.shortlist_dim = settings.shortlist_dim(manifest)
         self.layout = collection.layout
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))

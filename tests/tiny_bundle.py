@@ -173,12 +173,13 @@ def build_tiny_bundle(
     shortlist_dim: int | None = None,
     heads: bool = False,
     router: RouterPolicy | None = None,
+    evaluation: dict | None = None,
 ) -> Manifest:
     """Write the tiny bundle to ``out_dir`` (created, or an empty folder) and return its
     manifest, read back and verified as the service reads it. ``shortlist_dim`` records a C2F
     shortlist prefix in the granularity map, as a measured export does (default: none, so C2F
     shortlists at the coarse prefix); ``heads`` adds ``heads.onnx`` and the hierarchy, ``router``
-    (with ``heads``) a ``router.json``."""
+    (with ``heads``) a ``router.json``; ``evaluation`` is the manifest's measurements."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
@@ -206,6 +207,7 @@ def build_tiny_bundle(
             prefix_dims=PREFIX_DIMS,
             granularity=granularity,
             hierarchy=TINY_HIERARCHY if heads else None,
+            evaluation=evaluation or {},
             onnx_max_abs_diff=0.0,
             created_at="2024-01-01T00:00:00+00:00",
         ),

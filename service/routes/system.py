@@ -34,6 +34,22 @@ class IndexInfo(FromAttributes):
     )
 
 
+class FirstStage(FromAttributes):
+    source: Literal["bundle", "settings"] = Field(
+        description="bundle: the export's measured choice (FRACTAL_FIRST_STAGE=bundle, for what "
+        "the environment does not set); settings: FRACTAL_HNSW_STORAGE, FRACTAL_HNSW_M and the "
+        "bundle's shortlist prefix."
+    )
+    shortlist_dim: int = Field(description="The prefix C2F's graph walk shortlists at.")
+    hnsw_storage: str = Field(description="How the graphs store vectors: flat, sq8 or sq4.")
+    hnsw_m: int = Field(description="The graphs' degree M.")
+    measured: dict[str, Any] | None = Field(
+        description="The bundle's measured choice at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "
+        "degree, efSearch, shortlist factor, recall, p50 and p99 µs, resident bytes per "
+        "document, on the export's corpus); null with source settings."
+    )
+
+
 class Resolutions(FromAttributes):
     dim: int
     prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
@@ -47,6 +63,7 @@ class Resolutions(FromAttributes):
     )
     indexed_dims: list[int] = Field(description="Dimensions /search has indexes for.")
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
+    first_stage: FirstStage = Field(description="C2F's first stage in use.")
 
 
 class AutoRouting(FromAttributes):

@@ -129,31 +129,32 @@ def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
         read_index("hnsw", 8, tmp_path / "h.faiss", HnswParams(), PqParams())
 
 
-def test_hnsw_sq8_stores_floats_until_its_training_size_then_quantises(
-    rng: np.random.Generator, tmp_path: Path
+@pytest.mark.parametrize(("storage", "code_bytes", "floor"), [("sq8", 64, 0.85), ("sq4", 32, 0.6)])
+def test_hnsw_sq_stores_floats_until_its_training_size_then_quantises(
+    rng: np.random.Generator, tmp_path: Path, storage: str, code_bytes: int, floor: float
 ) -> None:
     docs = unit_vectors(rng, 2000, 64)
     queries = unit_vectors(rng, 200, 64)
     ids = np.arange(2000, dtype=np.int64)
-    params = HnswParams(storage="sq8", sq_train_size=1000)
-    sq8 = HnswIndex(64, params)
-    sq8.add(ids[:500], docs[:500])
-    assert not sq8.stats()["trained"] and sq8.bytes_per_vector() == 4 * 64
-    assert sq8.replacement() is None  # 500 vectors: below the training size
-    sq8.add(ids[500:], docs[500:])
-    trained = sq8.replacement()
+    params = HnswParams(storage=storage, sq_train_size=1000)
+    quantised = HnswIndex(64, params)
+    quantised.add(ids[:500], docs[:500])
+    assert not quantised.stats()["trained"] and quantised.bytes_per_vector() == 4 * 64
+    assert quantised.replacement() is None  # 500 vectors: below the training size
+    quantised.add(ids[500:], docs[500:])
+    trained = quantised.replacement()
     assert trained is not None and len(trained) == 2000
-    assert trained.stats()["trained"] and trained.bytes_per_vector() == 64
+    assert trained.stats()["trained"] and trained.bytes_per_vector() == code_bytes
     assert trained.replacement() is None
-    assert trained.nbytes() < sq8.nbytes()  # a quarter of the vector bytes
+    assert trained.nbytes() < quantised.nbytes()  # a quarter (an eighth) of the vector bytes
     exact = ExactIndex(64)
     exact.add(ids, docs)
     _, truth = exact.search(queries, 10)
     _, found = trained.search(queries, 10)
-    assert recall_at(found, truth) >= 0.85
-    paths = trained.save(tmp_path / "sq8.faiss")
+    assert recall_at(found, truth) >= floor
+    paths = trained.save(tmp_path / f"{storage}.faiss")
     loaded = read_index("hnsw", 64, paths[0], params, PqParams())
-    assert loaded.stats()["trained"]
+    assert loaded.stats()["trained"] and loaded.bytes_per_vector() == code_bytes
     np.testing.assert_array_equal(loaded.search(queries, 10)[1], found)
 
 

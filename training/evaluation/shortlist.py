@@ -11,6 +11,13 @@ at export: the training split is the corpus, the test split the queries, exact n
 The chosen **shortlist prefix** is the smallest prefix below the full one whose recall at
 ``k′ = CHOICE_FACTOR × k`` reaches :data:`RECALL_TARGET`; when none does it is the full dimension,
 and C2F is then plain search at the full dimension (its shortlist is already at full).
+
+Beside that exact measurement, the export measures the first stage as the service runs it
+(:func:`index.first_stage.measure_first_stage`): an HNSW graph at each prefix in 8-bit or 4-bit
+codes, at degree 16 or 32, shortlisting for the native re-rank, timed per query on one thread.
+The fastest candidate reaching each recall floor within the memory budget is recorded with the
+whole table (``evaluation.shortlist.first_stage`` in the manifest); the service applies it with
+``FRACTAL_FIRST_STAGE=bundle``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from index.first_stage import FirstStageMeasurement, measure_first_stage
 from training.evaluation.knn import normalize_prefix
 
 K = 10
@@ -32,6 +40,8 @@ RECALL_TARGET = 0.99
 """The C2F recall@k the chosen prefix must reach at k′ = ``CHOICE_FACTOR × K``."""
 QUERY_CHUNK = 256
 """Queries scored at once: two ``[chunk, corpus]`` float32 score matrices in memory."""
+FIRST_STAGE_QUERIES = 1_000
+"""Test queries the first-stage measurement uses (every candidate answers each at 15 settings)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class ShortlistMeasurement:
     queries: int
     rows: tuple[ShortlistRow, ...]
     shortlist_dim: int
+    first_stage: FirstStageMeasurement | None = None
 
     @property
     def reached(self) -> bool:
@@ -76,6 +87,7 @@ class ShortlistMeasurement:
                 for row in self.rows
             ],
             "shortlist_dim": self.shortlist_dim,
+            **({} if self.first_stage is None else {"first_stage": self.first_stage.to_json()}),
         }
 
     def markdown(self) -> list[str]:
@@ -107,6 +119,8 @@ class ShortlistMeasurement:
                 f"reaches recall@{self.k} ≥ {self.target} at k′ = {self.choice_k}, so C2F is "
                 "plain search at the full dimension."
             )
+        if self.first_stage is not None:
+            lines += ["", *self.first_stage.markdown()]
         return lines
 
 
@@ -132,12 +146,15 @@ def measure_shortlist(
     choice_factor: int = CHOICE_FACTOR,
     target: float = RECALL_TARGET,
     chunk: int = QUERY_CHUNK,
+    first_stage: bool = True,
 ) -> ShortlistMeasurement:
     """C2F recall@``k`` of every prefix of ``prefix_dims`` below the full one, for shortlists
     of ``k × factor``, and the chosen shortlist prefix.
 
     ``corpus`` and ``queries`` are full, unnormalised embeddings (``[n, dim]``, ``dim`` the last
     of ``prefix_dims``); every prefix and the full vector are L2-normalised on their own.
+    With ``first_stage``, the served first stage is measured too (on the first
+    :data:`FIRST_STAGE_QUERIES` queries).
     """
     full_dim = int(prefix_dims[-1])
     if corpus.ndim != 2 or queries.ndim != 2 or corpus.shape[1] != queries.shape[1]:
@@ -186,4 +203,7 @@ def measure_shortlist(
             for dim, values in zip(dims, recall, strict=True)
         ),
         shortlist_dim=reaching[0] if reaching else full_dim,
+        first_stage=measure_first_stage(corpus, queries[:FIRST_STAGE_QUERIES], prefix_dims)
+        if first_stage
+        else None,
     )

@@ -1,0 +1,105 @@
+"""The native C2F funnel: one FAISS call that shortlists at a prefix and re-ranks at the full
+dimension against the memory-mapped vector file, by row id, with gaps and filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.embedded.vector_file import VectorFile
+from index.faiss_indexes import ExactIndex, HnswIndex, HnswParams
+from index.funnel import Funnel
+from index.rowset import RowSet
+from index.vectors import prefix_unit, unit_rows
+
+DIM, PREFIX, K = 48, 16, 5
+
+
+@pytest.fixture
+def rows_and_vectors(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """600 unit vectors at row ids with gaps (every third row id unused)."""
+    rows = np.array([row for row in range(900) if row % 3], dtype=np.int64)
+    return rows, unit_rows(rng.standard_normal((len(rows), DIM)).astype(np.float32))
+
+
+def _file(tmp_path: Path, rows: np.ndarray, vectors: np.ndarray, dtype: str) -> VectorFile:
+    file = VectorFile(tmp_path, DIM, dtype)
+    file.write(rows, vectors)
+    assert file.refine is not None and file.refine.ntotal >= rows.max() + 1
+    return file
+
+
+def _expected(
+    queries: np.ndarray, shortlist: np.ndarray, rows: np.ndarray, vectors: np.ndarray
+) -> list[list[int]]:
+    """Each query's shortlisted rows re-ranked by exact full-dimension inner product."""
+    by_row = dict(zip(rows.tolist(), vectors, strict=True))
+    answer = []
+    for query, candidates in zip(queries, shortlist, strict=True):
+        kept = [row for row in candidates.tolist() if row >= 0]
+        scores = [float(by_row[row] @ query) for row in kept]
+        answer.append([kept[i] for i in np.argsort(scores)[::-1][:K]])
+    return answer
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_funnel_re_ranks_the_prefix_shortlist_at_the_full_dimension(
+    tmp_path: Path,
+    rng: np.random.Generator,
+    rows_and_vectors: tuple[np.ndarray, np.ndarray],
+    dtype: str,
+) -> None:
+    rows, vectors = rows_and_vectors
+    file = _file(tmp_path, rows, vectors, dtype)
+    exact = ExactIndex(PREFIX)
+    exact.add(rows, prefix_unit(vectors, PREFIX))
+    assert file.refine is not None
+    funnel = Funnel(exact.faiss_index, PREFIX, file.refine)
+    queries = unit_rows(rng.standard_normal((8, DIM)).astype(np.float32))
+    scores, found = funnel.search(queries, K, 4 * K, None)
+    _, shortlist = exact.search(prefix_unit(queries, PREFIX), 4 * K)
+    assert found.tolist() == _expected(queries, shortlist, rows, vectors)
+    by_row = dict(zip(rows.tolist(), vectors, strict=True))
+    exact_scores = [[float(by_row[row] @ q) for row in r] for q, r in zip(queries, found)]
+    np.testing.assert_allclose(scores, exact_scores, atol=2e-3 if dtype == "float16" else 1e-5)
+
+
+def test_the_funnel_walks_a_graph_with_a_selector_and_skips_tombstones(
+    tmp_path: Path, rng: np.random.Generator, rows_and_vectors: tuple[np.ndarray, np.ndarray]
+) -> None:
+    rows, vectors = rows_and_vectors
+    file = _file(tmp_path, rows, vectors, "float16")
+    graph = HnswIndex(PREFIX, HnswParams(m=16))
+    graph.add(rows, prefix_unit(vectors, PREFIX))
+    removed = rows[:50]
+    graph.remove(removed)
+    assert file.refine is not None
+    funnel = Funnel(graph.faiss_index, PREFIX, file.refine)
+    queries = unit_rows(rng.standard_normal((10, DIM)).astype(np.float32))
+    _, found = funnel.search(queries, K, 4 * K, graph.search_parameters(64))
+    assert (found >= 0).all() and not np.isin(found, removed).any()
+    allowed = RowSet(rows[rows % 2 == 0])
+    _, filtered = funnel.search(queries, K, 4 * K, graph.search_parameters(64, allowed))
+    assert (filtered >= 0).all() and (filtered % 2 == 0).all()
+
+
+def test_an_exact_index_takes_no_selector() -> None:
+    with pytest.raises(ValueError, match="filters by scan"):
+        ExactIndex(PREFIX).search_parameters(None, RowSet(np.arange(3)))
+
+
+def test_rows_written_after_the_mapping_are_scored_at_once(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    file = VectorFile(tmp_path, DIM, "float32")
+    first = unit_rows(rng.standard_normal((10, DIM)).astype(np.float32))
+    file.write(np.arange(10), first)
+    refine = file.refine
+    later = unit_rows(rng.standard_normal((5, DIM)).astype(np.float32))
+    file.write(np.arange(10, 15), later)  # within the capacity: the same mapping
+    assert file.refine is refine and refine is not None
+    _, found = refine.search(later, 1)
+    assert found[:, 0].tolist() == list(range(10, 15))
+    np.testing.assert_array_equal(file.gather(np.arange(10, 15)), later)

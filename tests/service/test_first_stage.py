@@ -1,0 +1,72 @@
+"""C2F's first stage from the bundle's measurement (``FRACTAL_FIRST_STAGE=bundle``): its prefix,
+codes and degree build the graphs, what the environment sets wins, and ``/info`` says which."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.service.helpers import add_documents, make_settings, serve
+from tests.tiny_bundle import build_tiny_bundle
+
+TEXTS = [f"document number {i} about topic {i % 7} and colour {i % 5}" for i in range(60)]
+CHOICE = {
+    "dim": 192, "storage": "sq4", "m": 12, "ef_search": 32, "factor": 4,
+    "recall": 0.96, "p50_us": 80.0, "p99_us": 120.0, "resident_bytes_per_doc": 200.0,
+}
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny-first-stage")
+    measured = {"choices": {"0.95": CHOICE, "0.99": None}, "points": [CHOICE]}
+    build_tiny_bundle(
+        directory, shortlist_dim=128, evaluation={"shortlist": {"first_stage": measured}}
+    )
+    return directory
+
+
+def _info(bundle_dir: Path, index_dir: Path, **settings: object) -> dict:
+    with serve(make_settings(bundle_dir, index_dir, index_kinds="hnsw", **settings)) as client:
+        add_documents(client, TEXTS)
+        route = client.get("/search", params={"q": "topic 3", "rerank": "c2f"}).json()["route"]
+        info = client.get("/info").json()
+    return {"route": route, **info}
+
+
+def test_the_bundle_choice_builds_the_graphs_and_info_says_so(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    info = _info(bundle_dir, tmp_path, first_stage="bundle")
+    first_stage = info["resolutions"]["first_stage"]
+    assert first_stage == {
+        "source": "bundle", "shortlist_dim": 192, "hnsw_storage": "sq4", "hnsw_m": 12,
+        "measured": CHOICE,
+    }
+    assert info["resolutions"]["shortlist_dim"] == 192
+    assert info["route"]["shortlist_dimension"] == 192
+    graph = next(i for i in info["indexes"] if i["dimension"] == 192 and i["kind"] == "hnsw")
+    assert graph["vectors"] == len(TEXTS)
+
+
+def test_the_environment_overrides_the_choice_field_by_field(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    info = _info(bundle_dir, tmp_path, first_stage="bundle", hnsw_m=20)
+    first_stage = info["resolutions"]["first_stage"]
+    assert (first_stage["hnsw_storage"], first_stage["hnsw_m"]) == ("sq4", 20)
+
+
+def test_by_default_the_settings_decide(bundle_dir: Path, tmp_path: Path) -> None:
+    info = _info(bundle_dir, tmp_path)
+    assert info["resolutions"]["first_stage"] == {
+        "source": "settings", "shortlist_dim": 128, "hnsw_storage": "flat", "hnsw_m": 32,
+        "measured": None,
+    }
+    assert info["route"]["shortlist_dimension"] == 128
+
+
+def test_a_floor_that_was_not_measured_is_refused(bundle_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="first_stage_recall must be 0.95 or 0.99"):
+        make_settings(bundle_dir, tmp_path, first_stage_recall=0.9)
