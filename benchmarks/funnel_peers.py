@@ -11,9 +11,10 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from SQLite (knobs: efSearch and the shortlist factor). One engine row per first stage
-  of ``--fractal-stages`` (``PREFIX-STORAGE``: the graph's prefix and its ``sq8`` or ``sq4``
-  codes), e.g. ``fractal:192-sq8``; at each recall floor Fractal is its fastest first stage
-  there, as the service's measured choice would be;
+  of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's prefix, its ``sq8`` or ``sq4``
+  codes and its degree, by default every engine's), e.g. ``fractal:192-sq8-m16``; at each
+  recall floor Fractal is its fastest first stage there, as the service's measured choice
+  would be;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -74,7 +75,8 @@ class Settings:
     queries: int = option(1_000, "queries (held-out real texts with --bundle)")
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
     fractal_stages: tuple[str, ...] = option(
-        ("192-sq8", "256-sq8", "256-sq4"), "Fractal's first stages, PREFIX-STORAGE, comma-separated"
+        ("192-sq8-m16", "192-sq8", "256-sq8"),
+        "Fractal's first stages, PREFIX-STORAGE[-mM] (M: every engine's), comma-separated",
     )
     m: int = option(32, "graph degree (M, connectivity) of every engine")
     ef_construction: int = option(100, "beam width while building, every engine")
@@ -92,7 +94,7 @@ SMOKE = Settings(
     documents=3_000,
     queries=40,
     dim=64,
-    fractal_stages=("32-sq8", "64-sq8"),
+    fractal_stages=("32-sq8-m8", "64-sq8"),
     m=16,
     ef_construction=40,
     ef_values=(16, 64),
@@ -140,10 +142,11 @@ def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarr
     return rows[np.argsort(-scores, kind="stable")[:K]]
 
 
-def _stage(name: str) -> tuple[int, str]:
-    """The prefix and storage of a Fractal engine named ``fractal:PREFIX-STORAGE``."""
-    prefix, storage = name.removeprefix("fractal:").split("-")
-    return int(prefix), storage
+def _stage(name: str, default_m: int) -> tuple[int, str, int]:
+    """The prefix, storage and degree of a Fractal engine named ``fractal:PREFIX-STORAGE`` or
+    ``fractal:PREFIX-STORAGE-mM`` (without ``-mM``: every engine's M)."""
+    prefix, storage, *degree = name.removeprefix("fractal:").split("-")
+    return int(prefix), storage, int(degree[0][1:]) if degree else default_m
 
 
 def fractal(
@@ -153,8 +156,8 @@ def fractal(
     of the saved one."""
     from index import Collection, HnswParams
 
-    shortlist_dim, storage = _stage(name)
-    params = HnswParams(m=settings.m, ef_construction=settings.ef_construction, storage=storage)
+    shortlist_dim, storage, m = _stage(name, settings.m)
+    params = HnswParams(m=m, ef_construction=settings.ef_construction, storage=storage)
 
     def collection() -> Collection:
         return Collection(
@@ -504,15 +507,17 @@ def run(settings: Settings, progress: Progress) -> dict:
     if unknown:
         raise SystemExit(f"error: unknown engines {unknown}; choose from {', '.join(ENGINES)}")
     for stage in settings.fractal_stages:
-        prefix, _, storage = stage.partition("-")
+        parts = stage.split("-")
         if (
-            not prefix.isdigit()
-            or not 0 < int(prefix) <= settings.dim
-            or storage not in ("sq8", "sq4")
+            len(parts) not in (2, 3)
+            or not parts[0].isdigit()
+            or not 0 < int(parts[0]) <= settings.dim
+            or parts[1] not in ("sq8", "sq4")
+            or (len(parts) == 3 and not (parts[2][:1] == "m" and parts[2][1:].isdigit()))
         ):
             raise SystemExit(
-                f"error: fractal stage {stage!r} is not PREFIX-STORAGE with a prefix up to "
-                f"{settings.dim} and storage sq8 or sq4"
+                f"error: fractal stage {stage!r} is not PREFIX-STORAGE[-mM] with a prefix up to "
+                f"{settings.dim}, storage sq8 or sq4 and a degree M"
             )
     base, queries = _data(settings, progress)
     truth = exact_neighbours(base, queries, K)

@@ -15,7 +15,7 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
     ]
     settings = funnel_peers.SMOKE
     assert [engine["engine"] for engine in report["engines"]] == funnel_peers.engine_names(settings)
-    assert [e["engine"] for e in report["engines"][:2]] == ["fractal:32-sq8", "fractal:64-sq8"]
+    assert [e["engine"] for e in report["engines"][:2]] == ["fractal:32-sq8-m8", "fractal:64-sq8"]
     for engine in report["engines"]:
         knobs = len(settings.ef_values) * (
             1 if engine["engine"] == "faiss_flat" else len(settings.factors)
