@@ -59,7 +59,11 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         "shortlist_dim": 64,  # a bundle without a measured shortlist: the coarse prefix
         "indexed_dims": [64, 256],
         "fragment_dim": None,
-    }
+        "first_stage": {
+            "source": "settings", "shortlist_dim": 64, "hnsw_storage": "flat", "hnsw_m": 32,
+            "measured": None,
+        },
+    }  # fmt: skip
     assert info["auto_routing"] == {
         "heads": True, "policy": "thresholds", "fine_threshold": 0.5, "coarse_threshold": 0.5
     }  # fmt: skip
