@@ -62,7 +62,10 @@ def test_the_funnel_re_ranks_the_prefix_shortlist_at_the_full_dimension(
     _, shortlist = exact.search(prefix_unit(queries, PREFIX), 4 * K)
     assert found.tolist() == _expected(queries, shortlist, rows, vectors)
     by_row = dict(zip(rows.tolist(), vectors, strict=True))
-    exact_scores = [[float(by_row[row] @ q) for row in r] for q, r in zip(queries, found)]
+    exact_scores = [
+        [float(by_row[row] @ query) for row in rows_found]
+        for query, rows_found in zip(queries, found, strict=True)
+    ]
     np.testing.assert_allclose(scores, exact_scores, atol=2e-3 if dtype == "float16" else 1e-5)
 
 

@@ -157,9 +157,10 @@ def test_float16_full_vectors_halve_the_file_and_keep_the_ranking(
             [score for _, score in rounded], [score for _, score in exact], atol=2e-3
         )
     rows_bytes = {
-        dtype: c.stats().full_vectors["bytes_on_disk"] - VectorFile(tmp_path, DIM, dtype).data_offset
+        dtype: c.stats().full_vectors["bytes_on_disk"]
+        - VectorFile(tmp_path, DIM, dtype).data_offset
         for dtype, c in (("float32", single), ("float16", half))
-    }
+    }  # fmt: skip
     assert rows_bytes["float16"] * 2 == rows_bytes["float32"]
     single.close()
     half.close()
