@@ -161,8 +161,9 @@ class Store:
         the first problems it finds."""
         if pragma is None:
             return
-        problems = [
-            row[0] for row in self._writer.execute(f"PRAGMA {pragma}({MAX_LISTED_PROBLEMS})")
+        problems = [  # one line each: SQLite's own may span several
+            " ".join(str(row[0]).split())
+            for row in self._writer.execute(f"PRAGMA {pragma}({MAX_LISTED_PROBLEMS})")
         ]
         if problems != ["ok"]:
             raise self._corrupt(f"PRAGMA {pragma}: " + "; ".join(problems))
