@@ -3,6 +3,7 @@ change log, rebuilt when corrupted) and a per-prefix choice of index kinds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -98,32 +99,25 @@ def test_restart_maps_the_file_and_catches_up_from_the_log(
     again.close()
 
 
-def test_a_corrupted_file_is_detected_by_its_checksum_and_rebuilt(
-    tmp_path: Path, rng: np.random.Generator
-) -> None:
-    collection = open_tiered(tmp_path)
-    add(collection, rng, [f"d{i}" for i in range(200)])
-    collection.snapshot()
-    queries = rng.standard_normal((4, DIM)).astype(np.float32)
-    before = c2f(collection, queries)
-    collection.close()
-    data = tmp_path / "vectors.f32"
-    with data.open("r+b") as file:  # one flipped byte in row 50's vector
-        file.seek(VectorFile(tmp_path, DIM).data_offset + 50 * DIM * 4 + 7)
+def _flip_a_byte_of_row_50(path: Path) -> None:
+    with (path / "vectors.f32").open("r+b") as file:
+        file.seek(VectorFile(path, DIM).data_offset + 50 * DIM * 4 + 7)
         byte = file.read(1)
         file.seek(-1, 1)
         file.write(bytes([byte[0] ^ 0xFF]))
 
-    reopened = open_tiered(tmp_path)
-    recovery = reopened.stats().recovery["full_vectors"]
-    assert recovery["action"] == "rebuilt" and "checksum" in recovery["reason"]
-    assert recovery["rows_written"] == 200
-    assert c2f(reopened, queries) == before
-    reopened.close()
+
+def _append_a_row_the_header_does_not_count(path: Path) -> None:
+    with (path / "vectors.f32").open("ab") as file:
+        file.write(bytes(DIM * 4))
 
 
-def test_a_file_whose_header_disagrees_with_its_size_is_rebuilt(
-    tmp_path: Path, rng: np.random.Generator
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [(_flip_a_byte_of_row_50, "checksum"), (_append_a_row_the_header_does_not_count, "header")],
+)
+def test_a_damaged_file_is_detected_and_rebuilt(
+    tmp_path: Path, rng: np.random.Generator, damage: Callable[[Path], None], reason: str
 ) -> None:
     collection = open_tiered(tmp_path)
     add(collection, rng, [f"d{i}" for i in range(200)])
@@ -131,12 +125,12 @@ def test_a_file_whose_header_disagrees_with_its_size_is_rebuilt(
     queries = rng.standard_normal((4, DIM)).astype(np.float32)
     before = c2f(collection, queries)
     collection.close()
-    with (tmp_path / "vectors.f32").open("ab") as file:  # a row more than the header says
-        file.write(bytes(DIM * 4))
+    damage(tmp_path)
 
     reopened = open_tiered(tmp_path)
     recovery = reopened.stats().recovery["full_vectors"]
-    assert recovery["action"] == "rebuilt" and "header" in recovery["reason"]
+    assert recovery["action"] == "rebuilt" and reason in recovery["reason"]
+    assert recovery["rows_written"] == 200
     assert c2f(reopened, queries) == before
     reopened.close()
 
