@@ -18,6 +18,7 @@ the other.
 Workloads, one query text per request, cycling through the held-out queries:
 
 - ``embed``: ``POST /embed`` (every prefix of the bundle);
+- ``openai``: ``POST /v1/embeddings`` (the full dimension, the OpenAI clients' request);
 - ``coarse``: ``GET /search`` at the coarse prefix (64-d) on the HNSW index;
 - ``fine``: ``GET /search`` at the fine dimension (256-d) on the HNSW index;
 - ``c2f``: ``GET /search`` with ``rerank=c2f``: an HNSW shortlist of ``k × c2f_factor`` at the
@@ -29,6 +30,11 @@ after the cell): the mean index-search time of a query, the mean time of an enco
 mean texts per call (how much the encoder queue batched). Recall@10 of each search workload
 against the exact index at the same dimension (fine for C2F) is measured in the same run, over
 ``recall_queries`` queries, so that speeds are read beside recall.
+
+CPU per request: the service process's CPU time (all its threads, from ``/proc``) over each
+wrk cell's timed part, over the requests it answered. A search encodes one text, as an
+``openai`` request does, so a search workload's CPU beyond ``openai``'s at the same
+concurrency is what the search path costs: the index walk, and the plumbing around it.
 
 Service overhead: after the service has stopped, the bundle's encoder is timed in this process
 (:func:`benchmarks.harness.live_load.encoder_rate`: batches of ``encoder_batch`` texts, the
@@ -61,11 +67,13 @@ from benchmarks.harness.live_load import (
     generator_of,
     label_concurrency_panels,
     load_cell,
+    openai_workload,
     served_corpus,
 )
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import Progress, option
 from support.client import FractalClient
+from support.processes import ServiceProcess
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class Settings(WrkSettings):
     target_p99_ms: float = 50.0
     target_fine_qps: float = 150.0
     target_overhead: float = 0.7
+    target_search_cpu_ms: float = 0.4
+    """Coarse ``/search`` CPU beyond an ``openai`` request at ``overhead_concurrency``."""
     """Embed and coarse QPS at ``overhead_concurrency`` over the encoder's texts a second."""
     tag: str = option("", "added to the result file names")
 
@@ -103,6 +113,7 @@ SMOKE = Settings(
 EXACT_TRUTH = {"coarse": "coarse", "fine": "fine", "c2f": "fine"}
 """The granularity of the exact search each search workload's recall is measured against."""
 OVERHEAD_WORKLOADS = ("embed", "coarse")
+SEARCH_WORKLOADS = ("coarse", "fine", "c2f")
 
 
 def results_name(settings: Settings) -> str:
@@ -140,7 +151,8 @@ def _recall(found: list[set[str]], truth: list[set[str]], k: int) -> float:
 
 
 def load(
-    base_url: str,
+    process: ServiceProcess,
+    workloads: Sequence[Workload],
     queries: Sequence[str],
     settings: Settings,
     generator: str,
@@ -149,15 +161,26 @@ def load(
     """Every workload at every concurrency; the workloads of one concurrency run back to back."""
     rows: list[dict] = []
     for concurrency in settings.concurrency:
-        for workload in WORKLOADS:
+        for workload in workloads:
             offset = len(rows) * settings.requests_per_cell
-            cell = load_cell(base_url, workload, queries, concurrency, offset, settings, generator)
+            cell = load_cell(
+                process.base_url,
+                workload,
+                queries,
+                concurrency,
+                offset,
+                settings,
+                generator,
+                process.process.pid,
+            )
             row = {"workload": workload.name, "concurrency": concurrency, **cell}
             rows.append(row)
             progress(
                 f"{workload.name:>6} c={concurrency:<3} {row['qps']:7.1f} QPS  "
                 f"p50 {_f(row['p50_ms'])}  p99 {_f(row['p99_ms'])} ms  "
-                f"failed {row['failed']}  {generator} CPU {row['client_cpu_percent']:.0f}%"
+                f"failed {row['failed']}  "
+                f"service CPU {_f(row.get('service_cpu_ms'), 3)} ms/request  "
+                f"{generator} CPU {row['client_cpu_percent']:.0f}%"
             )
     return rows
 
@@ -220,6 +243,17 @@ def targets(rows: Sequence[dict], service_overhead: dict, settings: Settings) ->
         for target, cell, qps in wanted
     ]
     concurrency = service_overhead["concurrency"]
+    at = next((e for e in search_cpu(rows) if e["concurrency"] == concurrency), None)
+    beyond = None if at is None else at["beyond_openai_ms"]["coarse"]
+    found.append(
+        {
+            "target": f"coarse /search CPU beyond a /v1/embeddings request at c={concurrency} "
+            f"≤ {settings.target_search_cpu_ms} ms (the index walk included)",
+            "reached": "no CPU figure" if beyond is None else round(beyond, 3),
+            "at_concurrency": concurrency,
+            "met": beyond is not None and beyond <= settings.target_search_cpu_ms,
+        }
+    )
     for workload in OVERHEAD_WORKLOADS:
         ratio = service_overhead["ratio"][workload]
         found.append(
@@ -253,6 +287,25 @@ def coarse_vs_fine(rows: Sequence[dict]) -> list[dict]:
     return table
 
 
+def search_cpu(rows: Sequence[dict]) -> list[dict]:
+    """Per concurrency: each workload's service CPU per request, and each search workload's
+    beyond an ``openai`` request (None where a cell has no CPU figure)."""
+    table = []
+    for concurrency in sorted({row["concurrency"] for row in rows}):
+        cpu = {
+            row["workload"]: row.get("service_cpu_ms")
+            for row in rows
+            if row["concurrency"] == concurrency
+        }
+        embedding = cpu.get("openai")
+        beyond = {
+            name: None if embedding is None or cpu.get(name) is None else cpu[name] - embedding
+            for name in SEARCH_WORKLOADS
+        }
+        table.append({"concurrency": concurrency, "cpu_ms": cpu, "beyond_openai_ms": beyond})
+    return table
+
+
 def _f(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -272,9 +325,17 @@ def markdown(report: dict) -> str:
             _f(row["server"]["encode_call_ms"], 2),
             _f(row["server"]["texts_per_encode_call"]),
             _f(row["server"]["search_ms"], 3),
+            _f(row.get("service_cpu_ms"), 3),
             f"{row['client_cpu_percent']:.0f}",
         ]
         for row in rows
+    ]
+    names = list(dict.fromkeys(row["workload"] for row in rows))
+    cpu = [
+        [e["concurrency"]]
+        + [_f(e["cpu_ms"].get(name), 3) for name in names]
+        + [_f(e["beyond_openai_ms"][name], 3) for name in SEARCH_WORKLOADS]
+        for e in report["search_cpu"]
     ]
     versus = [
         [
@@ -315,6 +376,15 @@ def markdown(report: dict) -> str:
             f"({report['service']['encoder']['threads']} threads). Ratio: QPS at "
             f"c={service_overhead['concurrency']} over that (one text per request).\n\n"
             + markdown_table(["workload", "QPS / encoder texts per s"], ratios),
+            "## CPU per request\n\nThe service process's CPU milliseconds per answered request "
+            "(all its threads, encoder included), and each search workload's beyond a "
+            "`/v1/embeddings` request of one text at the same concurrency: the search path's "
+            "own cost, index walk included.\n\n"
+            + markdown_table(
+                ["concurrency", *(f"{name} ms" for name in names)]
+                + [f"{name} − openai ms" for name in SEARCH_WORKLOADS],
+                cpu,
+            ),
             "## Recall@10 of each search workload\n\nAgainst the service's exact index at the "
             "same granularity (C2F: against exact fine search), over "
             f"{settings['recall_queries']} queries.\n\n"
@@ -338,7 +408,8 @@ def markdown(report: dict) -> str:
             ),
             "## Every cell\n\nQPS counts answers below 400; latency is the generator's, per "
             "request; `encode ms` (per encoder call), `texts / call` and `index ms` are the "
-            "service's own means over the cell; `client CPU %` is the load generator's CPU "
+            "service's own means over the cell; `service CPU ms` is the service's CPU per request; "
+            "`client CPU %` is the load generator's CPU "
             "time over the cell's wall time (100 = one of the 2 cores).\n\n"
             + markdown_table(
                 [
@@ -353,6 +424,7 @@ def markdown(report: dict) -> str:
                     "encode ms",
                     "texts / call",
                     "index ms",
+                    "service CPU ms",
                     "client CPU %",
                 ],
                 cells,
@@ -366,11 +438,11 @@ def markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     figure, left, right = concurrency_panels()
-    for workload in WORKLOADS:
-        rows = [row for row in report["rows"] if row["workload"] == workload.name]
+    for name in dict.fromkeys(row["workload"] for row in report["rows"]):
+        rows = [row for row in report["rows"] if row["workload"] == name]
         x = [row["concurrency"] for row in rows]
-        left.plot(x, [row["qps"] for row in rows], marker="o", label=workload.name)
-        right.plot(x, [row["p99_ms"] or np.nan for row in rows], marker="o", label=workload.name)
+        left.plot(x, [row["qps"] for row in rows], marker="o", label=name)
+        right.plot(x, [row["p99_ms"] or np.nan for row in rows], marker="o", label=name)
     settings = report["settings"]
     right.axhline(settings["target_p99_ms"], color="grey", linestyle="--", linewidth=0.8)
     left.axhline(settings["target_coarse_qps"], color="grey", linestyle="--", linewidth=0.8)
@@ -399,8 +471,9 @@ def run(settings: Settings, progress: Progress) -> dict:
             progress("recall of each search workload")
             recalls = recall(client, queries[: settings.recall_queries], settings)
             progress(f"recall@10 {recalls}")
-            rows = load(process.base_url, queries, settings, generator, progress)
             info = client.info()
+            workloads = (*WORKLOADS, openai_workload(info["model"]))
+            rows = load(process, workloads, queries, settings, generator, progress)
     threads = info["encoder"]["threads"]
     progress(f"the encoder alone: batches of {settings.encoder_batch}, {threads} threads")
     texts_per_second = encoder_rate(
@@ -427,6 +500,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         "recall_at_10": recalls,
         "rows": rows,
         "coarse_vs_fine": coarse_vs_fine(rows),
+        "search_cpu": search_cpu(rows),
         "service_overhead": service_overhead,
         "targets": targets(rows, service_overhead, settings),
     }

@@ -38,6 +38,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
+from benchmarks.harness.process_cpu import cpu_seconds
 from benchmarks.harness.runner import (
     DEFAULT_BUNDLE,
     Progress,
@@ -158,6 +159,16 @@ WORKLOADS = (
     Workload("fine", "GET", "/search", _search_params("fine", "none")),
     Workload("c2f", "GET", "/search", _search_params("fine", "c2f")),
 )
+
+
+def openai_workload(model: str) -> Workload:
+    """``POST /v1/embeddings`` with one text, for the served bundle ``model``."""
+    return Workload(
+        "openai",
+        "POST",
+        "/v1/embeddings",
+        lambda query, _: {"json": {"input": query, "model": model}},
+    )
 
 
 def workload_request(workload: Workload, query: str, k: int) -> HttpRequest:
@@ -411,14 +422,24 @@ def wrk_cell(
     queries: Sequence[str],
     concurrency: int,
     settings: WrkSettings,
+    pid: int | None = None,
 ) -> dict:
-    """One cell driven by wrk: ``warmup_seconds`` untimed, then ``seconds_per_cell``."""
+    """One cell driven by wrk: ``warmup_seconds`` untimed, then ``seconds_per_cell``; with the
+    service's process id ``pid``, also the CPU it spent per request in the timed part
+    (``service_cpu_ms``: all its threads, encoder included)."""
     requests = workload_requests(workload, queries, settings.k)
     load = {"threads": settings.wrk_threads, "cpus": settings.generator_cpus}
     run_wrk(base_url, requests, concurrency, settings.warmup_seconds, **load)
+    cpu_before = None if pid is None else cpu_seconds(pid)
     result = run_wrk(base_url, requests, concurrency, settings.seconds_per_cell, **load)
+    service_cpu_ms = (
+        None
+        if cpu_before is None or pid is None
+        else MS * (cpu_seconds(pid) - cpu_before) / max(1, result.requests)
+    )
     failed = sum(result.errors.values())
     return {
+        "service_cpu_ms": service_cpu_ms,
         "requests": result.requests,
         "ok": result.requests - result.errors["status"],
         "failed": failed,
@@ -463,13 +484,15 @@ def load_cell(
     offset: int,
     settings: WrkSettings,
     generator: str,
+    pid: int | None = None,
 ) -> dict:
-    """One cell from ``generator`` (:func:`wrk_cell`, or :func:`python_cell` from ``offset``),
-    with the service's own means over it (``server``: :func:`server_means`)."""
+    """One cell from ``generator`` (:func:`wrk_cell`, with the service's CPU per request when
+    its process id ``pid`` is given, or :func:`python_cell` from ``offset``), with the
+    service's own means over it (``server``: :func:`server_means`)."""
     with httpx.Client(base_url=base_url, timeout=60) as metrics:
         before = metric_samples(metrics)
         if generator == "wrk":
-            cell = wrk_cell(base_url, workload, queries, concurrency, settings)
+            cell = wrk_cell(base_url, workload, queries, concurrency, settings, pid)
         else:
             cell = python_cell(base_url, workload, queries, concurrency, offset, settings)
         return cell | {"server": server_means(before, metric_samples(metrics))}

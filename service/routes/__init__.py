@@ -4,13 +4,22 @@ and read by the middlewares through :mod:`service.route_kinds`."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
+
+from service.lean_route import LeanRoute
 
 JSON_BODY = ConfigDict(extra="forbid", strict=True)
 """A JSON body's model: its own fields only, each of the JSON type its schema states (strict:
 ``"5"`` is not an integer, ``0`` not a boolean), so that it accepts what the schema says."""
+
+
+def new_router(**options: Any) -> APIRouter:
+    """A router of the service: its routes answer well-formed requests on the lean path
+    (:class:`service.lean_route.LeanRoute`)."""
+    return APIRouter(route_class=LeanRoute, **options)
 
 
 class FromAttributes(BaseModel):

@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 from pydantic import BaseModel, Field
 
 from service.collections import DEFAULT_NAME, NAME_RULE, HostedCollection
 from service.errors import InvalidRequest, error_responses
 from service.limits import BuiltIndex
-from service.routes import JSON_BODY
+from service.routes import JSON_BODY, new_router
 from service.runtime import RuntimeDep
 
-router = APIRouter(tags=["collections"])
+router = new_router(tags=["collections"])
 
 IndexKind = Annotated[Literal["exact", "hnsw", "pq"], BuiltIndex()]
 NAME_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"

@@ -20,7 +20,7 @@ from service.limits import (
     Text,
 )
 from service.metrics import label_request
-from service.routes import JSON_BODY, encodes_texts
+from service.routes import JSON_BODY, encodes_texts, new_router
 from service.runtime import RuntimeDep
 
 
@@ -142,7 +142,7 @@ def _document_routes(prefix: str, collection_of: Callable[..., str | None]) -> A
 
     (This module does without ``from __future__ import annotations``: FastAPI reads the routes'
     annotations, and ``Collection`` is local to this function.)"""
-    router = APIRouter(prefix=prefix, tags=["documents"])
+    router = new_router(prefix=prefix, tags=["documents"])
     Collection = Annotated[str | None, Depends(collection_of)]
 
     stored = _stored(prefix)

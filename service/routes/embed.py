@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import BaseModel, Field
 
 from service.embedding import prefix_vectors, resolve_dims
 from service.errors import error_responses
 from service.limits import JsonInt, PrefixDims, TextList
 from service.metrics import label_request
-from service.routes import JSON_BODY, encodes_texts
+from service.routes import JSON_BODY, encodes_texts, new_router
 from service.runtime import RuntimeDep
 
-router = APIRouter(tags=["embeddings"])
+router = new_router(tags=["embeddings"])
 
 
 class EmbedRequest(BaseModel):

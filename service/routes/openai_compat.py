@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeGuard, cast
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.embedding import base64_float32, prefix_vectors, resolve_dims
 from service.errors import ModelNotFound, error_responses
 from service.limits import JsonInt, OpenAIInput, PrefixDims, ServedModel
 from service.metrics import label_request
-from service.routes import encodes_texts
+from service.routes import encodes_texts, new_router
 from service.routes.embed import Usage
 from service.runtime import RuntimeDep
 
-router = APIRouter(tags=["openai"])
+router = new_router(tags=["openai"])
 
 
 class EmbeddingsRequest(BaseModel):

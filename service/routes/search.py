@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from service.errors import error_responses
@@ -19,11 +18,11 @@ from service.limits import (
     TopK,
 )
 from service.metrics import label_request
-from service.routes import JSON_BODY, FromAttributes, encodes_texts
+from service.routes import JSON_BODY, FromAttributes, encodes_texts, new_router
 from service.runtime import Runtime, RuntimeDep
 from service.search import QueryResult, SearchOutcome
 
-router = APIRouter(tags=["search"])
+router = new_router(tags=["search"])
 
 FILTER_SCHEMA_REF = "#/components/schemas/MetadataFilter"
 
@@ -206,7 +205,7 @@ class BatchSearchResponse(BaseModel):
 
 def _result(query: str, requested: str, result: QueryResult) -> QueryResultOut:
     route = {
-        **asdict(result.route),
+        **vars(result.route),  # its fields; auto and filter are read from their attributes
         "requested_granularity": requested,
         "auto": result.auto,
         "filter": result.filter,

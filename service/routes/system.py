@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from service.errors import NotReady, error_responses
-from service.routes import FromAttributes, public_when
+from service.routes import FromAttributes, new_router, public_when
 from service.runtime import RuntimeDep
 
-router = APIRouter(tags=["system"])
+router = new_router(tags=["system"])
 
 
 class Status(BaseModel):
