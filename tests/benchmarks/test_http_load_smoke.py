@@ -52,20 +52,32 @@ def test_http_load_smoke_run(
     assert report["corpus"]["documents"] == 200
     assert report["service"]["bundle_objective"] == "v5"
     assert {index["vectors"] for index in report["service"]["indexes"]} == {200}
+    names = {w.name for w in WORKLOADS} | {"openai"}
     cells = {(row["workload"], row["concurrency"]) for row in report["rows"]}
-    assert cells == {(w.name, c) for w in WORKLOADS for c in settings.concurrency}
+    assert cells == {(name, c) for name in names for c in settings.concurrency}
     for row in report["rows"]:
         assert row["failed"] == 0 and row["ok"] == row["requests"] > 0, row
         assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
         server = row["server"]
         assert server["texts_per_encode_call"] >= 1, row  # every request encodes its text
-        assert (server["search_ms"] is None) == (row["workload"] == "embed"), row
+        assert (server["search_ms"] is None) == (row["workload"] in ("embed", "openai")), row
+        assert (row["service_cpu_ms"] is None) == (generator == "python"), row
+        assert row["service_cpu_ms"] is None or row["service_cpu_ms"] > 0, row
     assert set(report["recall_at_10"]) == {"coarse", "fine", "c2f"}
     assert all(0.0 <= value <= 1.0 for value in report["recall_at_10"].values())
     overhead = report["service_overhead"]
     assert overhead["encoder_texts_per_second"] > 0
-    assert set(overhead["ratio"]) == {w.name for w in WORKLOADS}
-    assert len(report["targets"]) == 4
+    assert set(overhead["ratio"]) == names
+    assert len(report["targets"]) == 5
+    for entry in report["search_cpu"]:
+        beyond = entry["beyond_openai_ms"]
+        assert set(beyond) == {"coarse", "fine", "c2f"}
+        assert all((value is None) == (generator == "python") for value in beyond.values())
     markdown = (tmp_path / "http_load_smoke.md").read_text(encoding="utf-8")
-    for section in ("## Targets", "## Service overhead", "## Coarse versus fine"):
+    for section in (
+        "## Targets",
+        "## Service overhead",
+        "## CPU per request",
+        "## Coarse versus fine",
+    ):
         assert section in markdown
