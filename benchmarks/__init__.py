@@ -45,6 +45,7 @@ BENCHMARKS = (
     "mshc_service",
     "overload",
     "reproduce_clinc",
+    "request_path",
     "routes",
     "scale",
     "service_quality",

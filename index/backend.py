@@ -76,7 +76,7 @@ class DocumentRefused(ValueError):
 class IndexBackend(Protocol):
     """One collection: documents with full vectors, searched by cosine (or SFS) at each served
     prefix dimension with the index kinds of ``layout``. Every method blocks; the service calls
-    them in threads."""
+    them in threads, or a small search on its event loop while ``searches_now`` holds."""
 
     dim: int
     prefix_dims: tuple[int, ...]
@@ -84,6 +84,11 @@ class IndexBackend(Protocol):
     index_kinds: tuple[str, ...]
     fragment_dim: int | None
     opened_with_work: bool
+
+    @property
+    def searches_now(self) -> bool:
+        """Whether a search would start at once: it waits for no write and no network."""
+        ...
 
     def upsert(
         self,

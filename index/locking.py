@@ -26,6 +26,11 @@ class ReadWriteLock:
         self._writing = False
         self._writers_waiting = 0
 
+    @property
+    def writer_active(self) -> bool:
+        """Whether a writer holds the lock or waits for it (a reader now would wait)."""
+        return self._writing or self._writers_waiting > 0
+
     @contextmanager
     def read(self) -> Iterator[None]:
         with self._condition:

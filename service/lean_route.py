@@ -20,14 +20,16 @@ body that is not JSON, a dependency that refuses, as ``current_runtime`` does wi
 the service is not ready) goes to FastAPI's own handler, which answers it exactly as before:
 the error shapes and messages, and the OpenAPI schema (built from the same endpoint), are
 FastAPI's. Endpoints with other kinds of parameters (path, header, cookie, form) keep FastAPI's
-handler for every request.
+handler for every request, and so does every route of an app whose settings say
+``lean_routes=false`` (``FRACTAL_LEAN_ROUTES``: for comparison, or should the lean path ever be
+in doubt).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
@@ -37,7 +39,7 @@ from pydantic import BaseModel, TypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 Argument = Callable[[Request], Awaitable[Any]]
 
 JSON_MEDIA_TYPES = frozenset({"application/json"})
@@ -152,6 +154,9 @@ class LeanRoute(APIRoute):
         endpoint = self.endpoint
 
         async def handler(request: Request) -> Response:
+            settings = request.app.state.settings
+            if settings is not None and not settings.lean_routes:
+                return await fastapi_handler(request)
             try:
                 arguments = await plan.build(request)
             except Exception:  # noqa: BLE001 - FastAPI's handler answers it in its own words

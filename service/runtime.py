@@ -183,6 +183,7 @@ class Runtime:
         """Start the encoder queue, the cache client and the periodic snapshots (on the running
         event loop)."""
         self.batcher.start()
+        faiss.omp_set_num_threads(self.settings.faiss_threads)  # for searches run inline
         if self.cache is not None:
             self.cache.connect()
         if self.settings.snapshot_interval_s > 0:
@@ -377,10 +378,24 @@ class Runtime:
             started = loop.time()
             encoded = await self.embed(queries)
             encode_seconds = loop.time() - started
-            outcome = await loop.run_in_executor(
-                self._search_executor, hosted.searcher.run, encoded.vectors, plan
-            )
+            if self._inline(hosted, len(queries), plan):
+                outcome = hosted.searcher.run(encoded.vectors, plan)
+            else:
+                outcome = await loop.run_in_executor(
+                    self._search_executor, hosted.searcher.run, encoded.vectors, plan
+                )
         return outcome, encode_seconds
+
+    def _inline(self, hosted: HostedCollection, queries: int, plan: SearchPlan) -> bool:
+        """Whether a search runs on the event loop (FRACTAL_INLINE_SEARCH_MAX_K): one query,
+        no filter, a small k, and a collection that searches at once (in this process, no
+        write holding or awaiting its lock)."""
+        return (
+            queries == 1
+            and plan.where is None
+            and plan.k <= self.settings.inline_search_max_k
+            and hosted.collection.searches_now
+        )
 
     # -- introspection ---------------------------------------------------------------------
 

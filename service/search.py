@@ -20,7 +20,9 @@ is parsed in :meth:`Searcher.plan`, where a bad one is a 422 naming the JSON pat
 offending part (``filter.and[1].gte``), and applied inside the index search on every route
 (:class:`index.Collection`); each query's route says how (:class:`FilterReport`).
 
-Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a thread.
+Everything here blocks (FAISS, SQLite): the service calls :meth:`Searcher.run` in a search
+thread, or on its event loop for a search of one query that costs less than the hop to a thread
+and back (:meth:`service.runtime.Runtime.search`).
 """
 
 from __future__ import annotations

@@ -38,6 +38,18 @@ class Settings(StorageSettings):
     loop: Literal["auto", "asyncio", "uvloop"] = Field(
         "auto", description="uvicorn's event loop; auto = uvloop when installed"
     )
+    inline_search_max_k: int = Field(
+        100,
+        ge=0,
+        description="a search of one query without a filter, with k at most this, on the "
+        "embedded backend runs on the event loop: the hop to a search thread and back cost "
+        "~0.3 ms of CPU, more than such a search; 0 = every search in a search thread",
+    )
+    lean_routes: bool = Field(
+        True,
+        description="answer well-formed requests on the lean path (service/lean_route.py); "
+        "false: FastAPI's own handler answers every request (the same answers, more CPU)",
+    )
     backlog: int = Field(2048, ge=1, description="connections the listening socket queues")
     keep_alive_s: int = Field(5, ge=1, description="how long an idle connection is kept open")
 

@@ -20,6 +20,11 @@ from index.vectors import as_matrix, prefix_unit, unit_rows
 class Searching(FilterPlanning):
     """Reads under the shared lock."""
 
+    @property
+    def searches_now(self) -> bool:
+        """Whether a search would take the shared lock at once (no write holds it or waits)."""
+        return not self._lock.writer_active
+
     def get(self, doc_id: str) -> Document | None:
         """The stored document (its vector as it was given), or None."""
         return self._store.get(doc_id)

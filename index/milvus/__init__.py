@@ -68,6 +68,9 @@ class MilvusCollection(Writing):
     :class:`ValueError`. With ``create=False`` a missing collection is :class:`CollectionMissing`.
     """
 
+    searches_now = False
+    """A search is a call to the Milvus server: never on the service's event loop."""
+
     def snapshot(self) -> int:
         """Nothing to do: Milvus persists and recovers its own indexes."""
         return 0

@@ -103,10 +103,12 @@ def test_a_writer_waits_for_readers_and_then_readers_waiting_go_before_the_next_
     first = threading.Thread(target=long_reader)
     first.start()
     reader_in.wait()
+    assert not lock.writer_active
     writer_a = threading.Thread(target=writer, args=("writer a",))
     writer_a.start()
     while not lock._writers_waiting:  # noqa: SLF001 - wait until the writer is queued
         threading.Event().wait(0.001)
+    assert lock.writer_active  # waiting counts: a reader now would wait
     late_reader = threading.Thread(target=reader, args=("reader 2",))
     late_reader.start()
     while not lock._readers_waiting:  # noqa: SLF001
@@ -116,6 +118,9 @@ def test_a_writer_waits_for_readers_and_then_readers_waiting_go_before_the_next_
     for thread in (first, writer_a, late_reader):
         thread.join()
     assert events == ["reader 1 out", "writer a in", "reader 2 in"]
+    assert not lock.writer_active
+    with lock.write():
+        assert lock.writer_active
 
 
 def test_filtered_searches_during_writes_return_only_matching_documents(

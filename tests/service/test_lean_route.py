@@ -1,11 +1,11 @@
 """The lean route answers every request as FastAPI's own handler does.
 
-Two apps serve the same bundle from two index folders, one with the lean path and one with
-FastAPI's handler on every route, and get the same requests in the same order: the malformed
-corpus of the error test and well-formed requests of every lean route. Each answer must be the
-same: status, content type and body (timings and generated document ids aside), so that the
-error shapes and messages, and what a good request returns, are unchanged. The lean path must
-also have answered the well-formed requests itself.
+Two apps serve the same bundle from two index folders, one on the lean path and one with
+FastAPI's handler on every route (``FRACTAL_LEAN_ROUTES=false``), and get the same requests in
+the same order: the malformed corpus of the error test and well-formed requests of every lean
+route. Each answer must be the same: status, content type and body (timings and generated
+document ids aside), so that the error shapes and messages, and what a good request returns,
+are unchanged. The lean path must also have answered the well-formed requests itself.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ def _answers(client: TestClient) -> list[tuple[int, str | None, Any]]:
 def answers(
     v5_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[list, list, list[bool]]:
-    """Every answer of the lean app, of the app with FastAPI's handlers, and whether the lean
-    app built each request's arguments itself. (FastAPI builds an app's handlers on its first
-    requests, so each app is served under its own patch.)"""
+    """Every answer of the lean app, of the app with FastAPI's handlers
+    (``lean_routes=False``), and whether the lean app built each well-formed request's
+    arguments itself."""
     lean_built: list[bool] = []
     took_lean: list[bool] = []
     build = lean_route.ArgumentPlan.build
@@ -120,14 +120,12 @@ def answers(
                 client.request(method, path, **options)
                 took_lean.append(len(lean_built) > before)
             lean = _answers(client)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lean_route, "argument_plan", lambda endpoint: None)
-        settings = make_settings(v5_bundle_dir, tmp_path_factory.mktemp("plain"))
-        with serve(settings, raise_server_exceptions=False) as client:
-            client.post("/documents", json={"documents": DOCUMENTS})
-            for method, path, options in _well_formed():
-                client.request(method, path, **options)
-            plain = _answers(client)
+    settings = make_settings(v5_bundle_dir, tmp_path_factory.mktemp("plain"), lean_routes=False)
+    with serve(settings, raise_server_exceptions=False) as client:
+        client.post("/documents", json={"documents": DOCUMENTS})
+        for method, path, options in _well_formed():
+            client.request(method, path, **options)
+        plain = _answers(client)
     return lean, plain, took_lean
 
 
