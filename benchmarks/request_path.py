@@ -18,14 +18,15 @@ Workloads, one query text per request, cycling through the queries: ``health`` (
 /v1/embeddings``), ``coarse``, ``fine`` and ``c2f`` (``GET /search`` on the HNSW index, as
 :mod:`benchmarks.http_load` sends them) and ``batch`` (``POST /search`` with one query, fine).
 
-Per workload: the process CPU time (every thread: the search thread included) over
-``requests`` requests after ``warmup`` untimed, per request. For the searches, the index call
-alone (:meth:`service.search.Searcher.run`: the walk, the C2F funnel, naming the hits and
-reading their texts from the store) is timed the same way on the same query vectors, and the
-rest is the request path's own cost. Two apps are measured one after the other on the same
-runtime settings: every route lean (:class:`service.lean_route.LeanRoute`, the service as it
-runs) and every route on FastAPI's handler (``lean_routes=false``), so that the lean path's gain
-is read in one run.
+Per workload and path: the process CPU time (every thread: a search thread included) per
+request, the median of ``rounds`` rounds of ``requests / rounds`` after ``warmup`` untimed. The
+two paths are one app whose settings switch between every route lean
+(:class:`service.lean_route.LeanRoute`, the service as it runs) and every route on FastAPI's
+handler (``lean_routes=false``), in turn within each round, so that both meet the same moments
+of a noisy machine and the lean path's gain is read in one run. For the searches, the index
+call alone (:meth:`service.search.Searcher.run`: the walk, the C2F funnel, naming the hits and
+reading their texts from the store) is timed in this thread on the same query vectors, and the
+rest is the request path's own cost.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ import numpy as np
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from benchmarks.harness.live_load import CorpusSettings, corpus
+from benchmarks.harness.live_load import (
+    WORKLOADS,
+    CorpusSettings,
+    Workload,
+    corpus,
+    openai_workload,
+)
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.runner import Progress, option
 from encoding.encoder import Encoded
@@ -55,11 +62,6 @@ from service.settings import Settings as ServiceSettings
 from service.startup import load_runtime
 
 US = 1e6
-SEARCHES = {
-    "coarse": ("coarse", "none"),
-    "fine": ("fine", "none"),
-    "c2f": ("fine", "c2f"),
-}
 PATHS = ("lean", "fastapi")
 SETTLE_S = 2.0
 """Seconds left after the encoder's last call, for its threads to stop spinning before CPU
@@ -75,8 +77,8 @@ class Settings(CorpusSettings):
     index_dir: Path | None = option(
         None, "keep the index here and reuse it next time (default: a temporary one)"
     )
-    requests: int = option(3_000, "timed requests per workload")
-    rounds: int = 5
+    requests: int = option(6_000, "timed requests per workload and path")
+    rounds: int = 10
     """The requests of a workload are sent in this many rounds; its figure is their median."""
     warmup: int = 200
     target_search_us: float = 400.0
@@ -96,37 +98,33 @@ class Call:
     body: bytes = b""
 
 
-def _calls(name: str, queries: Sequence[str], model: str, k: int) -> list[Call]:
-    if name == "health":
-        return [Call("GET", "/health")]
-    if name == "embed":
-        return [Call("POST", "/embed", body=_json({"texts": [q]})) for q in queries]
-    if name == "openai":
-        return [
-            Call("POST", "/v1/embeddings", body=_json({"input": q, "model": model}))
-            for q in queries
-        ]
-    if name == "batch":
-        body = {"queries": None, "k": k, "index": "hnsw"}
-        return [Call("POST", "/search", body=_json(body | {"queries": [q]})) for q in queries]
-    granularity, rerank = SEARCHES[name]
-    return [
-        Call(
-            "GET",
-            "/search",
-            query=urlencode(
-                {"q": q, "k": k, "granularity": granularity, "index": "hnsw", "rerank": rerank}
-            ).encode(),
-        )
-        for q in queries
-    ]
+HEALTH = Workload("health", "GET", "/health", lambda query, k: {"params": {}})
+BATCH = Workload(
+    "batch",
+    "POST",
+    "/search",
+    lambda query, k: {"json": {"queries": [query], "k": k, "index": "hnsw"}},
+)
+SEARCHES = ("coarse", "fine", "c2f", "batch")
+"""The workloads that search (``batch`` searches as ``fine`` does)."""
 
 
-def _json(value: Any) -> bytes:
-    return json.dumps(value).encode()
+def workloads(model: str) -> tuple[Workload, ...]:
+    """Every workload of a run: :data:`HEALTH`, http_load's (with ``openai`` for ``model``)
+    and :data:`BATCH`."""
+    embed, *searches = WORKLOADS
+    return (HEALTH, embed, openai_workload(model), *searches, BATCH)
 
 
-WORKLOADS = ("health", "embed", "openai", "coarse", "fine", "c2f", "batch")
+def _calls(workload: Workload, queries: Sequence[str], k: int) -> list[Call]:
+    """``workload``'s request for each query, as the ASGI server hands it over."""
+    calls = []
+    for query in queries:
+        arguments = workload.arguments(query, k)
+        body = json.dumps(arguments["json"]).encode() if "json" in arguments else b""
+        string = urlencode(arguments.get("params", {})).encode()
+        calls.append(Call(workload.method, workload.path, string, body))
+    return calls
 
 
 async def _send(app: Any, call: Call) -> int:
@@ -189,42 +187,49 @@ async def _ingest(runtime: Runtime, texts: Sequence[str], sources: Sequence[str]
         await runtime.add_documents(chunk, ids, metadata)
 
 
-def _cpu_per_call(calls: Sequence[Any], run: Any, requests: int, warmup: int) -> float:
-    """Microseconds of this thread's CPU per call of ``run`` over ``calls`` (cycled)."""
-    for i in range(warmup):
-        run(calls[i % len(calls)])
-    started = time.thread_time()
-    for i in range(requests):
-        run(calls[i % len(calls)])
-    return US * (time.thread_time() - started) / requests
-
-
 def _measure_app(runtime: Runtime, queries: Sequence[str], settings: Settings) -> dict:
-    """CPU µs per request of every workload through the app serving ``runtime``: the median
-    of ``rounds`` rounds, each sending every workload its share of ``requests`` in turn (so
-    that the machine's drift spreads over all of them)."""
+    """CPU µs per request of every workload through one app serving ``runtime``, on each path
+    of :data:`PATHS` (its settings switched between ``lean_routes`` true and false, nothing
+    else): the median of ``rounds`` rounds, each sending every workload its share of
+    ``requests`` on one path and then on the other, so that both are measured in the same
+    moments of a noisy machine."""
     app = create_app(runtime.settings, runtime)
-    model = runtime.manifest.name
-    calls = {name: _calls(name, queries, model, settings.k) for name in WORKLOADS}
+    on_path = {
+        path: runtime.settings.model_copy(update={"lean_routes": path == "lean"}) for path in PATHS
+    }
+    calls = {
+        workload.name: _calls(workload, queries, settings.k)
+        for workload in workloads(runtime.manifest.name)
+    }
     per_round = max(1, settings.requests // settings.rounds)
 
     async def measure() -> dict:
-        rounds: dict[str, list[float]] = {name: [] for name in WORKLOADS}
+        rounds: dict[str, dict[str, list[float]]] = {
+            path: {name: [] for name in calls} for path in PATHS
+        }
         async with app.router.lifespan_context(app):
-            for name, sent in calls.items():
-                status = await _send(app, sent[0])
-                if status != 200:
-                    raise SystemExit(f"{name}: {sent[0]} answered {status}")
-                for i in range(settings.warmup):
-                    await _send(app, sent[i % len(sent)])
-            for round_number in range(settings.rounds):
+            for path in PATHS:
+                app.state.settings = on_path[path]
                 for name, sent in calls.items():
-                    offset = round_number * per_round
-                    started = time.process_time()
-                    for i in range(offset, offset + per_round):
+                    status = await _send(app, sent[0])
+                    if status != 200:
+                        raise SystemExit(f"{name}: {sent[0]} answered {status} ({path})")
+                    for i in range(settings.warmup):
                         await _send(app, sent[i % len(sent)])
-                    rounds[name].append(US * (time.process_time() - started) / per_round)
-        return {name: float(np.median(values)) for name, values in rounds.items()}
+            for round_number in range(settings.rounds):
+                offset = round_number * per_round
+                for name, sent in calls.items():
+                    for path in PATHS:
+                        app.state.settings = on_path[path]
+                        started = time.process_time()
+                        for i in range(offset, offset + per_round):
+                            await _send(app, sent[i % len(sent)])
+                        seconds = time.process_time() - started
+                        rounds[path][name].append(US * seconds / per_round)
+        return {
+            path: {name: float(np.median(values)) for name, values in found.items()}
+            for path, found in rounds.items()
+        }
 
     return asyncio.run(measure())
 
@@ -235,26 +240,34 @@ def _index_calls(runtime: Runtime, vectors: np.ndarray, settings: Settings) -> d
     faiss.omp_set_num_threads(runtime.settings.faiss_threads)
     searcher = runtime.searcher
     found = {}
-    for name, (granularity, rerank) in SEARCHES.items():
+    for workload in WORKLOADS:
+        if not workload.is_search:
+            continue
+        options = workload.arguments("", settings.k)["params"]
         plan = searcher.plan(
-            k=settings.k, granularity=granularity, index="hnsw", rerank=rerank, scoring="cosine"
+            k=settings.k,
+            granularity=options["granularity"],
+            index=options["index"],
+            rerank=options["rerank"],
+            scoring="cosine",
         )
-        rows = [vectors[i : i + 1] for i in range(len(vectors))]
-        found[name] = _cpu_per_call(
-            rows, lambda row, plan=plan: searcher.run(row, plan), settings.requests, settings.warmup
-        )
-    found["batch"] = found["fine"]
+        for i in range(settings.warmup):
+            searcher.run(vectors[i % len(vectors)][None], plan)
+        started = time.thread_time()
+        for i in range(settings.requests):
+            searcher.run(vectors[i % len(vectors)][None], plan)
+        found[workload.name] = US * (time.thread_time() - started) / settings.requests
+    found[BATCH.name] = found["fine"]
     return found
 
 
-def _load(folder: Path, settings: Settings, lean: bool = True) -> Runtime:
+def _load(folder: Path, settings: Settings) -> Runtime:
     """The service's runtime on ``folder``, with the default settings but these."""
     service = ServiceSettings(
         bundle_dir=settings.bundle,
         index_dir=folder,
         index_kinds=("hnsw", "exact"),
         snapshot_interval_s=0,
-        lean_routes=lean,
     )
     return load_runtime(service)
 
@@ -280,29 +293,27 @@ def run(settings: Settings, progress: Progress) -> dict:
     with tempfile.TemporaryDirectory() as work:
         folder = settings.index_dir or Path(work) / "index"
         queries, description = _filled(folder, settings, progress)
-        results: dict[str, dict[str, float]] = {}
+        runtime = _load(folder, settings)
+        encoded = runtime.encoder.encode(list(queries))
+        time.sleep(SETTLE_S)
+        progress("the index calls alone")
+        index = _index_calls(runtime, encoded.vectors, settings)
+        _stand_in(runtime, queries, encoded)
+        progress("requests through the app, lean routes and FastAPI's handlers in turn")
+        results = _measure_app(runtime, queries, settings)
         for path in PATHS:
-            runtime = _load(folder, settings, lean=path == "lean")
-            encoded = runtime.encoder.encode(list(queries))
-            time.sleep(SETTLE_S)
-            if path == PATHS[0]:
-                progress("the index calls alone")
-                index = _index_calls(runtime, encoded.vectors, settings)
-            _stand_in(runtime, queries, encoded)
-            progress(f"requests through the app, {path} routes")
-            results[path] = _measure_app(runtime, queries, settings)
             progress(f"{path}: " + ", ".join(f"{k} {v:.0f} µs" for k, v in results[path].items()))
     rows = [
         {
             "workload": name,
             **{f"{path}_us": results[path][name] for path in PATHS},
-            "index_us": index.get(name),
+            "index_us": index.get(name),  # None for the workloads that do not search
             **{
                 f"{path}_outside_index_us": results[path][name] - index.get(name, 0.0)
                 for path in PATHS
             },
         }
-        for name in WORKLOADS
+        for name in results[PATHS[0]]
     ]
     return {
         "corpus": description,

@@ -42,7 +42,7 @@ from starlette.responses import Response
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 Argument = Callable[[Request], Awaitable[Any]]
 
-JSON_MEDIA_TYPES = frozenset({"application/json"})
+JSON_MEDIA_TYPE = "application/json"
 
 
 class Unplanned(Exception):
@@ -75,7 +75,7 @@ def _query_model(model: type[BaseModel]) -> Argument:
 def _body_model(model: type[BaseModel]) -> Argument:
     async def make(request: Request) -> BaseModel:
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type not in JSON_MEDIA_TYPES:
+        if media_type != JSON_MEDIA_TYPE:
             raise Unplanned
         body = await request.body()  # kept on the request, for FastAPI's handler if need be
         if not body:
@@ -104,7 +104,7 @@ def _argument(annotation: Any) -> Argument | None:
     """How to build a parameter of this annotation, or None if the lean path cannot."""
     if annotation is Request:
         return _the_request
-    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+    if _is_model(annotation):
         return _body_model(annotation)
     if get_origin(annotation) is not Annotated:
         return None
@@ -114,7 +114,7 @@ def _argument(annotation: Any) -> Argument | None:
     (marker,) = metadata
     if isinstance(marker, params.Depends) and marker.dependency is not None:
         return _dependency(marker.dependency)
-    if isinstance(marker, params.Query) and inspect.isclass(base) and issubclass(base, BaseModel):
+    if isinstance(marker, params.Query) and _is_model(base):
         return _query_model(base)
     return None
 
@@ -131,12 +131,13 @@ def argument_plan(endpoint: Callable[..., Any]) -> ArgumentPlan | None:
         make = _argument(hints.get(name))
         if make is None:
             return None
-        bodies += _is_body(hints[name])
+        bodies += _is_model(hints[name])
         arguments[name] = make
     return ArgumentPlan(arguments) if bodies <= 1 else None
 
 
-def _is_body(annotation: Any) -> bool:
+def _is_model(annotation: Any) -> bool:
+    """Whether ``annotation`` is a pydantic model (a plain parameter of one is a JSON body)."""
     return inspect.isclass(annotation) and issubclass(annotation, BaseModel)
 
 
