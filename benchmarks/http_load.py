@@ -57,10 +57,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import embedding_servers
+from benchmarks.harness.embedding_servers import EmbeddingServerSettings, side_by_side
 from benchmarks.harness.live_load import (
     WORKLOADS,
     Workload,
-    WrkSettings,
     concurrency_panels,
     corpus,
     encoder_rate,
@@ -77,9 +78,11 @@ from support.processes import ServiceProcess
 
 
 @dataclass(frozen=True)
-class Settings(WrkSettings):
+class Settings(EmbeddingServerSettings):
     """Every parameter of a run: the corpus, the service and the load cells
-    (:class:`WrkSettings`), then these; the service's other settings are its defaults."""
+    (:class:`WrkSettings`), the embedding servers side by side
+    (:class:`EmbeddingServerSettings`), then these; the service's other settings are its
+    defaults."""
 
     recall_queries: int = 500
     c2f_factor: int = 4
@@ -93,7 +96,8 @@ class Settings(WrkSettings):
     target_overhead: float = 0.7
     target_search_cpu_ms: float = 0.4
     """Coarse ``/search`` CPU beyond an ``openai`` request at ``overhead_concurrency``."""
-    """Embed and coarse QPS at ``overhead_concurrency`` over the encoder's texts a second."""
+    target_openai_qps: float = 1300.0
+    """``openai`` requests a second at ``overhead_concurrency``."""
     tag: str = option("", "added to the result file names")
 
 
@@ -107,6 +111,8 @@ SMOKE = Settings(
     warmup_requests=2,
     recall_queries=20,
     encoder_seconds=1.0,
+    embedding_cells=("1x1", "4x2"),
+    infinity=False,
 )
 
 
@@ -243,6 +249,18 @@ def targets(rows: Sequence[dict], service_overhead: dict, settings: Settings) ->
         for target, cell, qps in wanted
     ]
     concurrency = service_overhead["concurrency"]
+    openai = next(
+        (r for r in rows if r["workload"] == "openai" and r["concurrency"] == concurrency), None
+    )
+    found.append(
+        {
+            "target": f"/v1/embeddings, one text, ≥ {settings.target_openai_qps:.0f} req/s at "
+            f"c={concurrency}",
+            "reached": "no cell" if openai is None else round(openai["qps"], 1),
+            "at_concurrency": concurrency,
+            "met": openai is not None and openai["qps"] >= settings.target_openai_qps,
+        }
+    )
     at = next((e for e in search_cpu(rows) if e["concurrency"] == concurrency), None)
     beyond = None if at is None else at["beyond_openai_ms"]["coarse"]
     found.append(
@@ -385,6 +403,7 @@ def markdown(report: dict) -> str:
                 + [f"{name} − openai ms" for name in SEARCH_WORKLOADS],
                 cpu,
             ),
+            embedding_servers.markdown_section(report["embedding_servers"]),
             "## Recall@10 of each search workload\n\nAgainst the service's exact index at the "
             "same granularity (C2F: against exact fine search), over "
             f"{settings['recall_queries']} queries.\n\n"
@@ -474,6 +493,8 @@ def run(settings: Settings, progress: Progress) -> dict:
             info = client.info()
             workloads = (*WORKLOADS, openai_workload(info["model"]))
             rows = load(process, workloads, queries, settings, generator, progress)
+        progress("embedding servers side by side")
+        servers = side_by_side(settings, queries, generator, Path(work), progress)
     threads = info["encoder"]["threads"]
     progress(f"the encoder alone: batches of {settings.encoder_batch}, {threads} threads")
     texts_per_second = encoder_rate(
@@ -502,5 +523,9 @@ def run(settings: Settings, progress: Progress) -> dict:
         "coarse_vs_fine": coarse_vs_fine(rows),
         "search_cpu": search_cpu(rows),
         "service_overhead": service_overhead,
-        "targets": targets(rows, service_overhead, settings),
+        "embedding_servers": servers,
+        "targets": [
+            *targets(rows, service_overhead, settings),
+            embedding_servers.target(servers, settings),
+        ],
     }

@@ -208,6 +208,8 @@ class LoopbackServer:
     environment: dict[str, str] = field(default_factory=dict)
     """Variables added to the server's environment (``OMP_NUM_THREADS``: milvus-lite's FAISS
     threads)."""
+    working_dir: Path | None = None
+    """The folder it starts in (None: this process's)."""
     NAME: ClassVar[str] = "server"
 
     @property
@@ -225,7 +227,11 @@ class LoopbackServer:
         command = self._command()
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
-                command, stdout=output, stderr=output, env=os.environ | self.environment
+                command,
+                stdout=output,
+                stderr=output,
+                env=os.environ | self.environment,
+                cwd=self.working_dir,
             )
         wait_until(self._answers, f"{self.NAME} on port {self.port}", timeout_s)
 

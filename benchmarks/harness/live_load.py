@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,14 +161,21 @@ WORKLOADS = (
 )
 
 
-def openai_workload(model: str) -> Workload:
-    """``POST /v1/embeddings`` with one text, for the served bundle ``model``."""
-    return Workload(
-        "openai",
-        "POST",
-        "/v1/embeddings",
-        lambda query, _: {"json": {"input": query, "model": model}},
-    )
+def openai_workload(
+    model: str,
+    *,
+    name: str = "openai",
+    path: str = "/v1/embeddings",
+    batches: Mapping[str, list[str]] | None = None,
+) -> Workload:
+    """An OpenAI-style embeddings request for ``model`` (default: Fractal's
+    ``POST /v1/embeddings`` with one text as its input); with ``batches``, the input is the list
+    of texts ``batches`` gives for the query text (the same request shape for any server)."""
+
+    def arguments(query: str, _: int) -> dict:
+        return {"json": {"input": query if batches is None else batches[query], "model": model}}
+
+    return Workload(name, "POST", path, arguments)
 
 
 def workload_request(workload: Workload, query: str, k: int) -> HttpRequest:

@@ -68,7 +68,20 @@ def test_http_load_smoke_run(
     overhead = report["service_overhead"]
     assert overhead["encoder_texts_per_second"] > 0
     assert set(overhead["ratio"]) == names
-    assert len(report["targets"]) == 5
+    assert len(report["targets"]) == 7
+    servers = report["embedding_servers"]
+    assert [(r["server"], r["texts"], r["connections"]) for r in servers["rows"]] == [
+        ("Fractal fp32", 1, 1),
+        ("Fractal fp32", 4, 2),
+    ]
+    for row in servers["rows"]:
+        assert row["failed"] == 0 and row["ok"] == row["requests"] > 0, row
+        assert row["texts_per_second"] == pytest.approx(row["qps"] * row["texts"])
+    assert servers["infinity"] == {"measured": False, "why_not": "--infinity no"}
+    assert servers["over_infinity"] == {"fp32": {}, "int8": {}}
+    infinity_target = report["targets"][-1]
+    assert infinity_target["met"] is False
+    assert infinity_target["reached"] == "not measured: --infinity no"
     for entry in report["search_cpu"]:
         beyond = entry["beyond_openai_ms"]
         assert set(beyond) == {"coarse", "fine", "c2f"}
@@ -79,5 +92,6 @@ def test_http_load_smoke_run(
         "## Service overhead",
         "## CPU per request",
         "## Coarse versus fine",
+        "## Embedding servers side by side",
     ):
         assert section in markdown
