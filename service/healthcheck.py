@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     path = "/ready" if parser.parse_args(argv).ready else "/health"
     settings = settings_or_exit("unhealthy", 1)
     request = urllib.request.Request(f"http://127.0.0.1:{settings.port}{path}")
-    if settings.api_keys and not settings.public_health:
-        request.add_header("Authorization", f"Bearer {settings.api_keys[0].get_secret_value()}")
+    key = settings.any_key() if not settings.public_health else None
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             status = response.status

@@ -55,16 +55,17 @@ def document_bad_requests(schema: dict) -> dict:
 def document_security(schema: dict[str, Any], settings: Settings | None) -> dict[str, Any]:
     """``schema`` with what :mod:`service.security` means for its operations, as configured: a
     413 answer on every operation with a body; and, only when API keys are set, the bearer
-    scheme, required by every operation but the public ones (``security: []``), whose 401 answer
-    is documented."""
-    keys = settings is not None and bool(settings.api_keys)
+    scheme, required by every operation but the public ones (``security: []``), whose 401 and 403
+    answers are documented."""
+    keys = settings is not None and settings.requires_keys
     public = public_paths(settings) if settings is not None else frozenset()
     if keys:
         schema["components"]["securitySchemes"] = {
             SCHEME: {
                 "type": "http",
                 "scheme": "bearer",
-                "description": "One of FRACTAL_API_KEYS. /health and /ready "
+                "description": "One of FRACTAL_API_KEYS, or of FRACTAL_API_KEYS_FILE (scoped: "
+                "a key outside its scope gets 403). /health and /ready "
                 "(FRACTAL_PUBLIC_HEALTH) and /metrics (FRACTAL_PUBLIC_METRICS) are open by "
                 "default.",
             }
@@ -77,6 +78,10 @@ def document_security(schema: dict[str, Any], settings: Settings | None) -> dict
                 operation["security"] = []
             elif keys:
                 responses["401"] = _error("missing or invalid API key (FRACTAL_API_KEYS)")
+                responses["403"] = _error(
+                    "the key's scope (FRACTAL_API_KEYS_FILE) does not allow this operation on "
+                    "this collection"
+                )
             if "requestBody" in operation:
                 responses["413"] = _error("the body is over FRACTAL_MAX_BODY_BYTES")
     return schema

@@ -25,6 +25,7 @@ from encoding import TokenIds
 from encoding.encoder import Encoded, OnnxEncoder
 from index import CollectionStats, IndexStats
 from index.backend import BackendUnavailable, DocumentRefused, IndexBackend
+from service.access import Scope, require
 from service.batching import MicroBatcher
 from service.cache import EmbeddingCache
 from service.collections import CollectionSet, HostedCollection
@@ -217,9 +218,12 @@ class Runtime:
 
     # -- operations ------------------------------------------------------------------------
 
-    async def collection_named(self, name: str | None) -> HostedCollection:
-        """The collection called ``name`` (None: the default one; 404 if none). With a shared
+    async def collection_named(self, name: str | None, needed: Scope = "read") -> HostedCollection:
+        """The collection called ``name`` (None: the default one; 404 if none), for an operation
+        that needs the scope ``needed``: 403 first when the request's key does not allow it
+        (:func:`service.access.require`), whether the collection exists or not. With a shared
         catalog an unknown name is looked up in the backend, off the event loop."""
+        require(needed, name)
         if name is None or not self.collections.shared:
             return self.collections.get(name)
         return await asyncio.to_thread(self.collections.get, name)
@@ -265,7 +269,7 @@ class Runtime:
         """Embed and store documents (ids generated where missing) in ``collection`` (None:
         the default one); committed on return. The texts and ids are checked by the request
         models' rules."""
-        with (await self.collection_named(collection)).use() as hosted:
+        with (await self.collection_named(collection, "write")).use() as hosted:
             doc_ids = self._checked_documents(ids, param)
             encoded = await self.batcher.embed(texts)
             await self._store(hosted, doc_ids, texts, encoded.vectors, metadata)
@@ -284,7 +288,7 @@ class Runtime:
         and values checked by the request models' rules), without encoding, in ``collection``;
         all or nothing, committed on return."""
         doc_ids = self._checked_documents(ids, param)
-        with (await self.collection_named(collection)).use() as hosted:
+        with (await self.collection_named(collection, "write")).use() as hosted:
             await self._store(hosted, doc_ids, texts, np.array(vectors, dtype=np.float32), metadata)
         return doc_ids
 
@@ -333,7 +337,7 @@ class Runtime:
         return StoredDocument(document.id, document.text, document.metadata)
 
     async def delete_document(self, doc_id: str, collection: str | None = None) -> None:
-        with (await self.collection_named(collection)).use() as hosted:
+        with (await self.collection_named(collection, "write")).use() as hosted:
             if not await asyncio.to_thread(hosted.collection.delete, [doc_id]):
                 raise NotFound(f"no document with id {doc_id!r}", "id")
             hosted.mark_written()
@@ -342,12 +346,14 @@ class Runtime:
         self, name: str, index_kinds: tuple[str, ...] | None
     ) -> HostedCollection:
         """Create and open a named collection (off the event loop: it opens a store)."""
+        require("admin", name)
         hosted = await asyncio.to_thread(self.collections.create, name, index_kinds)
         await asyncio.to_thread(self.refresh_gauges_if_reachable)
         return hosted
 
     async def delete_collection(self, name: str) -> None:
         """Delete a named collection once the requests using it are done."""
+        require("admin", name)
         await asyncio.to_thread(self.collections.delete, name)
         metrics = self.metrics
         for gauge in (

@@ -5,11 +5,12 @@ Two ASGI middlewares, in front of every route, apply in order (the app puts admi
 
 1. **CORS** (Starlette's ``CORSMiddleware``) with the ``FRACTAL_CORS_ORIGINS`` allow-list, so a
    browser's preflight is answered without a key and a 401 still carries the CORS headers;
-2. **API keys**: when ``FRACTAL_API_KEYS`` lists any, every request needs
-   ``Authorization: Bearer <key>`` (401 otherwise), except the routes declared public
-   (:func:`service.routes.public_when`, :func:`service.route_kinds.public_paths`) while their
-   setting is true: ``/health`` and ``/ready`` with ``FRACTAL_PUBLIC_HEALTH``, ``/metrics`` with
-   ``FRACTAL_PUBLIC_METRICS``.
+2. **API keys**: when ``FRACTAL_API_KEYS`` lists any or ``FRACTAL_API_KEYS_FILE`` is set,
+   every request needs ``Authorization: Bearer <key>`` (401 otherwise), except the routes
+   declared public (:func:`service.routes.public_when`, :func:`service.route_kinds.public_paths`)
+   while their setting is true: ``/health`` and ``/ready`` with ``FRACTAL_PUBLIC_HEALTH``,
+   ``/metrics`` with ``FRACTAL_PUBLIC_METRICS``. The key's grant (:mod:`service.access`: its
+   scope and collections) is bound to the request; the runtime checks it (403).
    Keys are compared as SHA-256 digests with :func:`hmac.compare_digest`, against every key
    each time, so the time taken says nothing about how much of a key was right;
 3. **body size** (:class:`BodyLimitMiddleware`): a body over ``FRACTAL_MAX_BODY_BYTES`` is
@@ -29,6 +30,7 @@ from fastapi import Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.access import EVERYTHING, Grant, KeyFile, bound
 from service.errors import error_response
 from service.route_kinds import public_paths
 from service.settings import Settings
@@ -57,29 +59,49 @@ class _Guard:
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
-        self.key_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
+        self.full_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
+        self.key_file = None if settings.api_keys_file is None else KeyFile(settings.api_keys_file)
+        self._file_keys: dict[str, Grant] | None = None
+        self._file_digests: list[tuple[bytes, Grant]] = []
         self.public_paths = public_paths(settings)
+        self.locked = settings.requires_keys
 
-    def authorized(self, scope: Scope) -> bool:
-        if not self.key_digests or scope["path"] in self.public_paths:
-            return True
+    def _scoped_digests(self) -> list[tuple[bytes, Grant]]:
+        """The scoped keys file's keys as digests, hashed again only when the file changed."""
+        if self.key_file is None:
+            return []
+        keys = self.key_file.keys()
+        if keys is not self._file_keys:
+            self._file_keys = keys
+            self._file_digests = [(_digest(key), grant) for key, grant in keys.items()]
+        return self._file_digests
+
+    def grant(self, scope: Scope) -> Grant | None:
+        """What the request may do: :data:`service.access.EVERYTHING` when no key is needed,
+        its key's grant, or None (401)."""
+        if not self.locked or scope["path"] in self.public_paths:
+            return EVERYTHING
         token = bearer_token(scope)
         if token is None:
-            return False
+            return None
         presented = _digest(token)
-        matched = False
-        for digest in self.key_digests:
-            matched |= hmac.compare_digest(presented, digest)
-        return matched
+        found: Grant | None = None
+        candidates = [(digest, EVERYTHING) for digest in self.full_digests]
+        for digest, grant in candidates + self._scoped_digests():
+            if hmac.compare_digest(presented, digest):
+                found = grant
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.authorized(scope):
+        grant = self.grant(scope)
+        if grant is None:
             headers = {"WWW-Authenticate": "Bearer"}
             await error_response(
                 Request(scope), 401, "unauthorized", UNAUTHORIZED, headers=headers
             )(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        with bound(grant):
+            await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

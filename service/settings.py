@@ -7,6 +7,7 @@ Every field is one variable: ``bundle_dir`` is ``FRACTAL_BUNDLE_DIR``, ``max_k``
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -128,7 +129,6 @@ class Settings(StorageSettings):
     max_texts: int = Field(128, ge=1, description="texts (or documents, or queries) per request")
     max_chars: int = Field(8192, ge=1, description="characters per text")
 
-
     default_k: int = Field(10, ge=1, description="hits per query when a request gives no k")
     max_k: int = Field(100, ge=1, description="the most hits a query may ask for")
     c2f_factor: int = Field(
@@ -176,11 +176,16 @@ class Settings(StorageSettings):
         description="after a Redis failure, serve uncached this long before trying Redis again",
     )
 
-
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
         (),
         description="comma-separated keys, each at least 16 characters; when set, every request "
         "needs Authorization: Bearer KEY (401 otherwise); never logged",
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="a file of scoped keys, one per line: KEY SCOPE COLLECTIONS (scope read, "
+        "write or admin; collections comma-separated, * for all); read again when it changes, "
+        "so keys rotate without a restart (docs/service.md, API keys and scopes); unset = none",
     )
     public_health: bool = Field(True, description="/health and /ready answer without a key")
     public_metrics: bool = Field(True, description="/metrics answers without a key")
@@ -212,6 +217,16 @@ class Settings(StorageSettings):
             return value.strip()
         return value
 
+    @field_validator("api_keys_file")
+    @classmethod
+    def _readable_key_file(cls, path: Path | None) -> Path | None:
+        """A file that does not parse stops the start, naming its line (never a key)."""
+        if path is not None:
+            from service.access import read_key_file
+
+            read_key_file(path)
+        return path
+
     @field_validator("api_keys")
     @classmethod
     def _long_keys(cls, keys: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
@@ -234,6 +249,22 @@ class Settings(StorageSettings):
                 "or the largest allowed request could never be queued"
             )
         return self
+
+    @property
+    def requires_keys(self) -> bool:
+        """Whether a request needs an API key (``FRACTAL_API_KEYS`` or the scoped keys file)."""
+        return bool(self.api_keys) or self.api_keys_file is not None
+
+    def any_key(self) -> str | None:
+        """A key the service takes (the first of ``FRACTAL_API_KEYS``, else of the keys file),
+        for a local client such as the container's health check."""
+        if self.api_keys:
+            return self.api_keys[0].get_secret_value()
+        if self.api_keys_file is not None:
+            from service.access import read_key_file
+
+            return next(iter(read_key_file(self.api_keys_file)), None)
+        return None
 
     @property
     def threads(self) -> int:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from fastapi import Path
 from pydantic import BaseModel, Field
 
+from service.access import covers
 from service.collections import DEFAULT_NAME, NAME_RULE, HostedCollection
 from service.errors import InvalidRequest, error_responses
 from service.limits import BuiltIndex
@@ -80,10 +81,11 @@ async def create_collection(body: CreateCollectionRequest, runtime: RuntimeDep) 
 
 @router.get("/collections", responses=error_responses(503))
 async def list_collections(runtime: RuntimeDep) -> CollectionList:
-    """The default collection and the named ones, with their document counts."""
+    """The default collection and the named ones, with their document counts: those the
+    request's API key covers."""
 
     def listed() -> list[CollectionOut]:  # the backend may be asked: off the event loop
-        return [_out(hosted) for hosted in runtime.collections.all()]
+        return [_out(hosted) for hosted in runtime.collections.all() if covers(hosted.name)]
 
     return CollectionList(collections=await asyncio.to_thread(listed))
 
