@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from itertools import chain
 
 from fastapi import Request
 from starlette.middleware.cors import CORSMiddleware
@@ -59,7 +60,9 @@ class _Guard:
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
-        self.full_digests = [_digest(key.get_secret_value()) for key in settings.api_keys]
+        self.full_keys = [
+            (_digest(key.get_secret_value()), EVERYTHING) for key in settings.api_keys
+        ]
         self.key_file = None if settings.api_keys_file is None else KeyFile(settings.api_keys_file)
         self._file_keys: dict[str, Grant] | None = None
         self._file_digests: list[tuple[bytes, Grant]] = []
@@ -86,8 +89,7 @@ class _Guard:
             return None
         presented = _digest(token)
         found: Grant | None = None
-        candidates = [(digest, EVERYTHING) for digest in self.full_digests]
-        for digest, grant in candidates + self._scoped_digests():
+        for digest, grant in chain(self.full_keys, self._scoped_digests()):
             if hmac.compare_digest(presented, digest):
                 found = grant
         return found

@@ -35,11 +35,9 @@ from benchmarks.harness.infinity_server import (
 )
 from benchmarks.harness.live_load import (
     SERVICE_CPUS,
-    Workload,
     WrkSettings,
+    generator_cell,
     openai_workload,
-    python_cell,
-    wrk_cell,
 )
 from benchmarks.harness.markdown import markdown_table
 from benchmarks.harness.runner import Progress, option, yes_no
@@ -126,7 +124,9 @@ def measure(
         workload = openai_workload(
             server.model, name=server.label, path=server.path, batches=batches(queries, cell.texts)
         )
-        result = _cell(server, workload, queries, cell.connections, settings, generator)
+        result = generator_cell(
+            server.base_url, workload, queries, cell.connections, 0, settings, generator, server.pid
+        )
         row = {
             "server": server.label,
             "precision": server.precision,
@@ -142,19 +142,6 @@ def measure(
             f"p99 {row['p99_ms'] or 0:.1f} ms  failed {row['failed']}"
         )
     return rows
-
-
-def _cell(
-    server: Server,
-    workload: Workload,
-    queries: Sequence[str],
-    connections: int,
-    settings: WrkSettings,
-    generator: str,
-) -> dict:
-    if generator == "wrk":
-        return wrk_cell(server.base_url, workload, queries, connections, settings, server.pid)
-    return python_cell(server.base_url, workload, queries, connections, 0, settings)
 
 
 def fractal_rows(
@@ -263,7 +250,14 @@ def side_by_side(
     Fractal's encoder, what ran as Infinity, and Fractal over Infinity per cell."""
     cells = [Cell.parse(text) for text in settings.embedding_cells]
     bundles = [settings.bundle]
-    if settings.fp32_bundle is not None and settings.fp32_bundle != settings.bundle:
+    if settings.fp32_bundle is not None:
+        if bundle_precision(settings.fp32_bundle) != "fp32":
+            raise SystemExit(f"--fp32-bundle: {settings.fp32_bundle} is a quantized twin")
+        if bundle_precision(settings.bundle) == "fp32":
+            raise SystemExit(
+                f"--fp32-bundle: the served bundle {settings.bundle} is fp32 already; "
+                "leave --fp32-bundle out"
+            )
         bundles.append(settings.fp32_bundle)
     rows, encoders = [], {}
     for bundle in bundles:

@@ -499,11 +499,28 @@ def load_cell(
     service's own means over it (``server``: :func:`server_means`)."""
     with httpx.Client(base_url=base_url, timeout=60) as metrics:
         before = metric_samples(metrics)
-        if generator == "wrk":
-            cell = wrk_cell(base_url, workload, queries, concurrency, settings, pid)
-        else:
-            cell = python_cell(base_url, workload, queries, concurrency, offset, settings)
+        cell = generator_cell(
+            base_url, workload, queries, concurrency, offset, settings, generator, pid
+        )
         return cell | {"server": server_means(before, metric_samples(metrics))}
+
+
+def generator_cell(
+    base_url: str,
+    workload: Workload,
+    queries: Sequence[str],
+    concurrency: int,
+    offset: int,
+    settings: WrkSettings,
+    generator: str,
+    pid: int | None = None,
+) -> dict:
+    """One cell from ``generator``: :func:`wrk_cell` (with the server's CPU per request when
+    its process id ``pid`` is given) or :func:`python_cell` from ``offset``; any server that
+    answers ``workload``'s requests."""
+    if generator == "wrk":
+        return wrk_cell(base_url, workload, queries, concurrency, settings, pid)
+    return python_cell(base_url, workload, queries, concurrency, offset, settings)
 
 
 def concurrency_panels() -> tuple[Figure, Axes, Axes]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.harness.embedding_servers import Cell, over_infinity, target
+from benchmarks.harness.embedding_servers import Cell, over_infinity, side_by_side, target
 from benchmarks.harness.infinity_server import (
     CHECK_TEXTS,
     ENGINES,
@@ -18,8 +18,10 @@ from benchmarks.harness.infinity_server import (
     infinity_binary,
     start_infinity,
 )
+from benchmarks.harness.runner import Progress
 from benchmarks.http_load import SMOKE
 from support.processes import MissingBinary
+from tests.service.bundles import v5_bundle
 
 
 def _row(server: str, precision: str, texts: int, connections: int, qps: float) -> dict:
@@ -79,3 +81,12 @@ def test_infinity_serves_the_models_embeddings(tmp_path: Path, engine: str) -> N
         assert np.min(np.sum(got * model.reference, axis=1)) >= MIN_COSINE
     finally:
         server.stop()
+
+
+def test_an_fp32_bundle_beside_an_fp32_served_one_is_refused(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    bundle = v5_bundle(tmp_path_factory)  # fp32: no quantization in its manifest
+    settings = replace(SMOKE, bundle=bundle, fp32_bundle=bundle)
+    with pytest.raises(SystemExit, match="is fp32 already"):
+        side_by_side(settings, ["a"], "wrk", tmp_path, Progress(enabled=False))

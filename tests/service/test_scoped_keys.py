@@ -16,7 +16,7 @@ from bundle import load_bundle
 from encoding.encoder import OnnxEncoder
 from service.access import RELOAD_INTERVAL_S
 from service.settings import Settings
-from tests.service.helpers import serve
+from tests.service.helpers import make_settings, serve
 
 CONTRACT = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 FULL = "full-key-for-the-scope-tests-0001"
@@ -95,11 +95,9 @@ def scoped(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     folder = tmp_path_factory.mktemp("scoped")
     key_file = folder / "keys.txt"
     key_file.write_text(KEY_FILE, encoding="utf-8")
-    settings = Settings(
-        bundle_dir=tiny_bundle_dir,
-        index_dir=folder / "index",
-        encoder_threads=1,
-        snapshot_interval_s=0,
+    settings = make_settings(
+        tiny_bundle_dir,
+        folder / "index",
         api_keys=FULL,
         api_keys_file=key_file,
         public_health=False,
@@ -185,14 +183,9 @@ def test_keys_rotate_without_a_restart(
     old, new = "rotating-key-old-00000001", "rotating-key-new-000000001"
     key_file = tmp_path / "keys.txt"
     key_file.write_text(f"{old} read *\n", encoding="utf-8")
-    settings = Settings(
-        bundle_dir=tiny_bundle_dir,
-        index_dir=tmp_path / "index",
-        encoder_threads=1,
-        snapshot_interval_s=0,
-        api_keys_file=key_file,
-    )
-    with serve(settings) as client:
+    with serve(
+        make_settings(tiny_bundle_dir, tmp_path / "index", api_keys_file=key_file)
+    ) as client:
         assert client.get("/info", headers=_auth(old)).status_code == 200
         assert client.get("/info", headers=_auth(new)).status_code == 401
         key_file.write_text(f"{new} read *\n", encoding="utf-8")
