@@ -12,7 +12,7 @@ The service picks one in a single factory (:func:`index.catalog.catalog_for`) an
 branches on the backend anywhere else. A backend that cannot reach its engine raises
 :class:`BackendUnavailable`, which the service answers with 503; one whose disk is full refuses a
 write with :class:`StorageFull` (nothing of the write stored), which the service answers with
-507.
+507; a stored document that fails its checksum is :class:`RowCorrupt`, answered with 500.
 
 What the methods answer with is in :mod:`index.types`: a search returns a
 :class:`~index.types.SearchResult` (hits, timings, the filter report), ``stats`` a
@@ -45,6 +45,22 @@ class StorageFull(OSError):
 
     def __init__(self, path: Path, cause: Exception) -> None:
         super().__init__(errno.ENOSPC, f"no space left on the disk holding {path} ({cause})")
+
+
+class RowCorrupt(RuntimeError):
+    """A stored document does not match its checksum: its bytes changed after it was written
+    (or it was written without one). It is never served; the message names the document and
+    says what to do, and the service answers 500 with it."""
+
+    def __init__(self, doc_id: str, row: int, problem: str) -> None:
+        self.doc_id = doc_id
+        self.row = row
+        self.problem = problem
+        super().__init__(
+            f"the stored document {doc_id!r} (row {row}) does not match its checksum "
+            f"({problem}); it is not served: upsert it again or delete it, and run "
+            "`fractal check` on the index folder"
+        )
 
 
 def is_disk_full(exc: BaseException | None) -> bool:

@@ -40,6 +40,8 @@ from index.backend import (
     is_disk_full,
 )
 from index.embedded import Collection
+from index.embedded.snapshot import fsync_path
+from index.embedded.store import STORE_FILE
 from index.milvus import (
     MilvusCollection,
     MilvusConnection,
@@ -76,7 +78,7 @@ def check_bundle_record(index_dir: Path, manifest: Manifest) -> None:
                 "FRACTAL_INDEX_DIR or re-ingest"
             )
         return
-    if (index_dir / "store.sqlite3").exists():
+    if (index_dir / STORE_FILE).exists():
         raise IndexDirError(
             f"index dir {index_dir} has a store but no {BUNDLE_RECORD}: cannot tell which "
             "bundle made its vectors"
@@ -231,7 +233,11 @@ class EmbeddedCatalog:
             record = {"name": name, "index_kinds": list(index_kinds)}
             temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}"
             temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            fsync_path(temporary)
             temporary.replace(folder / RECORD_FILE)
+            # Durable before the creation is acknowledged, power loss included.
+            fsync_path(folder)
+            fsync_path(self._root)
         except Exception as exc:
             if collection is not None:
                 collection.close()
@@ -243,8 +249,11 @@ class EmbeddedCatalog:
 
     def remove(self, name: str) -> None:
         folder = self._root / name
-        # Unlinking the record first makes a crash mid-way leave no collection behind.
+        # Unlinking the record first makes a crash mid-way leave no collection behind; the
+        # unlink is durable before the deletion is acknowledged, power loss included.
         (folder / RECORD_FILE).unlink(missing_ok=True)
+        if folder.is_dir():
+            fsync_path(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
     def problem(self) -> str | None:

@@ -102,8 +102,9 @@ class StorageSettings(BaseSettings):
     )
     store_check: Literal["quick", "full", "off"] = Field(
         "quick",
-        description="SQLite check of every store at start: quick (PRAGMA quick_check), full "
-        "(integrity_check), off (for very large stores on slow disks)",
+        description="check of every store at start: quick (PRAGMA quick_check), full "
+        "(integrity_check, then every document against its checksum), off (for very large "
+        "stores on slow disks); every read checks its rows' checksums whatever this says",
     )
 
     milvus_uri: str = Field(

@@ -183,6 +183,13 @@ class DiskRecovery(Figures):
         vectors = self.full_vectors
         if vectors.get("action") == "rebuilt" and vectors.get("rows_written"):
             lines.append(f"full vectors' file rebuilt from the store: {vectors['reason']}")
+        damaged = vectors.get("corrupt") or ()
+        if damaged:
+            listed = ", ".join(repr(doc_id) for doc_id in damaged[:5])
+            lines.append(
+                f"{len(damaged)} stored vector(s) fail their checksum ({listed}): written as "
+                "zeros, never served; upsert those documents again or delete them"
+            )
         return lines
 
 

@@ -2,7 +2,8 @@
 
 Every 4xx and 5xx answer has the body ``{"error": {"type", "message", "param"}}`` (the shape the
 OpenAI clients read): the service's own errors, FastAPI's validation errors (bad JSON included),
-Starlette's 404/405, and anything unexpected (500, with no detail leaked).
+Starlette's 404/405, a stored document that fails its checksum (500 ``data_corrupt``, naming the
+document), and anything unexpected (500, with no detail leaked).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from index.backend import BackendUnavailable, StorageFull
+from index.backend import BackendUnavailable, RowCorrupt, StorageFull
 from service.limits import RULE_ERROR
 
 logger = logging.getLogger("service")
@@ -213,9 +214,9 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
 
 
-PATH_PARAMETERS = {"doc_id"}
-"""The path parameters that may hold ``/`` (``/documents/{doc_id:path}``); others hold one
-segment."""
+PATH_PARAMETERS = {"doc_id", "model"}
+"""The path parameters that may hold ``/`` (``/documents/{doc_id:path}``,
+``/v1/models/{model:path}``); others hold one segment."""
 
 
 def _path_pattern(template: str) -> re.Pattern[str]:
@@ -298,7 +299,12 @@ def install_error_handlers(app: FastAPI) -> None:
         logger.warning("%s %s refused: %s", request.method, request.url.path, exc)
         return error_response(request, 507, "insufficient_storage", STORAGE_FULL_MESSAGE)
 
+    async def on_row_corrupt(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("%s %s failed: %s", request.method, request.url.path, exc)
+        return error_response(request, 500, "data_corrupt", str(exc))
+
     app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(RowCorrupt, on_row_corrupt)
     app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
     app.add_exception_handler(StorageFull, on_storage_full)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -162,7 +162,7 @@ def start_service(
     index_dir: Path,
     log: Path,
     *,
-    ready_timeout_s: float = READY_TIMEOUT_S,
+    ready_timeout_s: float | None = READY_TIMEOUT_S,
     api_key: str | None = None,
     cpus: str | None = None,
     wrapper: Sequence[str] = (),
@@ -170,7 +170,8 @@ def start_service(
 ) -> ServiceProcess:
     """Start ``python -m service`` on a free loopback port with ``settings`` (see
     :func:`service_environment`), its output appended to ``log``, and wait until ``/ready``
-    answers 200 (asked with ``api_key`` as a bearer token, when the service requires one).
+    answers 200 (asked with ``api_key`` as a bearer token, when the service requires one);
+    with ``ready_timeout_s=None`` it returns at once, the process still starting.
     With ``cpus`` (a ``taskset`` CPU list, ``"0"``) it runs on those CPUs only; ``wrapper`` is a
     command that runs it (``nsenter …``: in another mount namespace). Both ``exec`` the service,
     so that the process id is the service's and signals reach it."""
@@ -181,8 +182,9 @@ def start_service(
     with log.open("ab") as output:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=output)
     service = ServiceProcess(process, f"http://127.0.0.1:{port}", log)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    service.wait_ready(ready_timeout_s, headers)
+    if ready_timeout_s is not None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        service.wait_ready(ready_timeout_s, headers)
     return service
 
 

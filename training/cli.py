@@ -14,12 +14,15 @@
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/   # a corpus → Parquet
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/ --ray  # … on Ray Data
     fractal import shards/ --bundle bundles/identity --index-dir fractal-index
+    fractal check fractal-index                # every stored document against its checksum
 
-The bulk commands (``ingest``, ``embed``, ``import``) are :mod:`bulk.cli`'s: this parser adds
-them, and passes ``fractal ingest --dataset`` the documents of a named dataset.
+The bulk commands (``ingest``, ``embed``, ``import``) are :mod:`bulk.cli`'s and ``check`` is
+:mod:`bulk.check`'s: this parser adds them, and passes ``fractal ingest --dataset`` the documents
+of a named dataset.
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback. ``fractal ingest
-FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stored the others.
+FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stored the others;
+``fractal check`` when it found a damaged document or page (listed on stdout).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bulk.check import add_check_command
 from bulk.cli import add_embed_command, add_import_command, add_ingest_command, name_list
 from bulk.errors import BulkError
 from bundle import ABLATION_OBJECTIVES, FINETUNE_OBJECTIVES, MANIFEST_FILE, check_out_dir
@@ -669,6 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_embed_command(commands)
     add_import_command(commands)
+    add_check_command(commands)
     return parser
 
 

@@ -16,7 +16,7 @@ from index.checks import check_count, check_layout
 from index.embedded.filter_plan import FilterParams
 from index.embedded.snapshot import load_snapshot
 from index.embedded.state import SCORINGS, CollectionState, IndexSpec
-from index.embedded.store import ChangeSet, Store
+from index.embedded.store import STORE_FILE, ChangeSet, Store
 from index.embedded.vector_file import VectorFile
 from index.faiss_indexes import KINDS, HnswParams, PqParams, VectorIndex, create_index, read_index
 from index.fragments import check_fragment_dim
@@ -88,7 +88,7 @@ class Opening(CollectionState):
             )
         }
         self.path.mkdir(parents=True, exist_ok=True)
-        self._store = Store(self.path / "store.sqlite3", dim, store_check)
+        self._store = Store(self.path / STORE_FILE, dim, store_check)
         self._lock = ReadWriteLock()
         self._writer = threading.Lock()
         self._vectors = VectorFile(self.path, dim, full_dtype)

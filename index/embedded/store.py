@@ -11,6 +11,12 @@ Every row added or removed gets the next value of a change counter and a line in
 log. An index that reflects the store up to counter ``c`` catches up with
 :meth:`Store.changes_since` ``(c)``.
 
+Every row carries a checksum of its id, text, metadata and vector
+(:mod:`index.embedded.row_checksum`), written in the same transaction and checked whenever the row
+is read: a row whose bytes changed on disk raises :class:`~index.backend.RowCorrupt` instead of
+being served. :meth:`Store.verify` checks every row (``fractal check``, and the ``full`` check at
+open). A store made before rows had checksums gets them at open, from the rows as they are then.
+
 Metadata is also kept in an indexed form, so that a filter (:mod:`index.filters`) finds its rows
 without reading every document: ``metadata_values`` holds one ``(key, value, row_id)`` line per
 key and scalar value of every present row (:func:`index.filters.indexed_values`), clustered by
@@ -25,14 +31,16 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
-from index.backend import StorageFull, is_disk_full
+from index.backend import RowCorrupt, StorageFull, is_disk_full
+from index.embedded.row_checksum import check_contents, check_vector, row_checksum
 from index.filters import Filter, indexed_values, to_sql
 from index.types import Contents, Document
 
@@ -44,7 +52,8 @@ _SCHEMA = (
         text TEXT NOT NULL,
         metadata TEXT NOT NULL,
         vector BLOB NOT NULL,
-        seq INTEGER NOT NULL
+        seq INTEGER NOT NULL,
+        checksum BLOB
     )""",
     """CREATE TABLE IF NOT EXISTS changes (
         seq INTEGER PRIMARY KEY,
@@ -74,18 +83,43 @@ _METADATA_VALUES = (
     "CREATE INDEX metadata_values_rows ON metadata_values (row_id)",
 )
 METADATA_CHUNK = 10_000
-"""Documents read per step when the metadata index is built for an existing store."""
+"""Documents read per step when the metadata index or the checksums are built for an existing
+store, and when :meth:`Store.verify` checks every row."""
 
 
+STORE_FILE = "store.sqlite3"
+"""The store's file name in a collection's folder."""
 STORE_CHECKS = {"quick": "quick_check", "full": "integrity_check", "off": None}
 """How a store is checked when it is opened: SQLite's ``PRAGMA quick_check`` (every page's
 structure, O(size); about 0.1 s for 100K documents of 384-d, 210 MB, from the page cache),
-``integrity_check`` (also that every index agrees with its table; about as fast there), or not at
-all. Neither can see bytes changed inside a stored value: SQLite keeps no checksums of data."""
+``integrity_check`` (also that every index agrees with its table; about as fast there) followed by
+every row against its checksum (:meth:`Store.verify`), or not at all. SQLite's checks cannot see
+bytes changed inside a stored value; the rows' checksums do, at open with ``full`` and on every
+read."""
 CORRUPT_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 MAX_LISTED_PROBLEMS = 3
 ROWS_PER_LOOKUP = 500
 """Row ids bound as parameters of one lookup query (a search names k rows per query)."""
+
+
+def stored_dim(path: str | Path) -> int | None:
+    """The dim a store file records, read without writing to it; None when the file is not a
+    store (no such file, not SQLite, or no record of a dim)."""
+    try:
+        connection = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        connection.close()
+    return None if row is None else int(row[0])
+
+
+OnCorrupt = Callable[[RowCorrupt], None]
+"""Told of each row whose vector fails its checksum, where a reader goes on without it."""
 
 
 class StoreCorrupt(ValueError):
@@ -111,13 +145,23 @@ class ChangeSet:
     counter: int
 
 
-_DOCUMENT_COLUMNS = "doc_id, text, metadata, vector"
+_DOCUMENT_COLUMNS = "row_id, doc_id, text, metadata, vector, checksum"
 
 
-def _document(row: tuple) -> Document:
-    """A :class:`Document` from a row of ``_DOCUMENT_COLUMNS``."""
-    vector = np.frombuffer(row[3], dtype="<f4").astype(np.float32)
-    return Document(id=row[0], text=row[1], vector=vector, metadata=json.loads(row[2]))
+def _document(record: tuple) -> Document:
+    """A :class:`Document` from a row of ``_DOCUMENT_COLUMNS``, checked against its checksum."""
+    row, doc_id, text, metadata, vector, checksum = record
+    check_contents(row, doc_id, text, metadata, checksum)
+    check_vector(row, doc_id, vector, checksum)
+    values = np.frombuffer(vector, dtype="<f4").astype(np.float32)
+    return Document(id=doc_id, text=text, vector=values, metadata=json.loads(metadata))
+
+
+def _contents(record: tuple) -> Contents:
+    """The :class:`Contents` of a row's ``row_id, doc_id, text, metadata, checksum``, checked."""
+    row, doc_id, text, metadata, checksum = record
+    check_contents(row, doc_id, text, metadata, checksum)
+    return Contents(doc_id, text, json.loads(metadata))
 
 
 class Store:
@@ -143,6 +187,8 @@ class Store:
             self._writer.execute("PRAGMA journal_mode=WAL")
             self._check(STORE_CHECKS[check])
             self._open_schema(dim)
+            if check == "full":
+                self._check_rows()
         except BaseException as exc:
             self.close()
             if isinstance(exc, sqlite3.DatabaseError) and exc.sqlite_errorcode in CORRUPT_CODES:
@@ -156,16 +202,22 @@ class Store:
             "backup or rebuild it from the corpus (fractal import)"
         )
 
+    def page_problems(self, pragma: str, limit: int = MAX_LISTED_PROBLEMS) -> list[str]:
+        """What SQLite's check ``pragma`` (``quick_check`` or ``integrity_check``) finds, at
+        most ``limit`` problems, one line each; empty when the file is sound."""
+        problems = [  # one line each: SQLite's own may span several
+            " ".join(str(row[0]).split())
+            for row in self._writer.execute(f"PRAGMA {pragma}({limit})")
+        ]
+        return [] if problems == ["ok"] else problems
+
     def _check(self, pragma: str | None) -> None:
         """Run SQLite's check ``pragma`` (:data:`STORE_CHECKS`); :class:`StoreCorrupt` naming
         the first problems it finds."""
         if pragma is None:
             return
-        problems = [  # one line each: SQLite's own may span several
-            " ".join(str(row[0]).split())
-            for row in self._writer.execute(f"PRAGMA {pragma}({MAX_LISTED_PROBLEMS})")
-        ]
-        if problems != ["ok"]:
+        problems = self.page_problems(pragma)
+        if problems:
             raise self._corrupt(f"PRAGMA {pragma}: " + "; ".join(problems))
 
     def _open_schema(self, dim: int) -> None:
@@ -181,6 +233,9 @@ class Store:
             tables = {row[0] for row in self._writer.execute("SELECT name FROM sqlite_master")}
             if "metadata_values" not in tables:
                 self._build_metadata_index()
+            columns = {row[1] for row in self._writer.execute("PRAGMA table_info(documents)")}
+            if "checksum" not in columns:
+                self._add_checksums()
             stored_dim = self._meta("dim")
             if stored_dim is None:
                 self._set_meta("dim", str(dim))
@@ -206,6 +261,44 @@ class Store:
                     for key, value in indexed_values(json.loads(metadata))
                 ],
             )
+
+    def _add_checksums(self) -> None:
+        """Add the ``checksum`` column and fill it from every row as it is now (inside the
+        caller's transaction): for a store made before rows had checksums."""
+        self._writer.execute("ALTER TABLE documents ADD COLUMN checksum BLOB")
+        cursor = self._writer.execute(
+            "SELECT row_id, doc_id, text, metadata, vector FROM documents ORDER BY row_id"
+        )
+        while records := cursor.fetchmany(METADATA_CHUNK):
+            self._writer.executemany(
+                "UPDATE documents SET checksum = ? WHERE row_id = ?",
+                [(row_checksum(*record[1:]), record[0]) for record in records],
+            )
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> Iterator[RowCorrupt]:
+        """Every present row that does not match its checksum, in row order, all read in one
+        read transaction: O(documents), about as fast as reading them. ``progress`` is told
+        how many rows each step checked."""
+        db = self._reader()
+        db.execute("BEGIN")
+        try:
+            cursor = db.execute(f"SELECT {_DOCUMENT_COLUMNS} FROM documents ORDER BY row_id")
+            while records := cursor.fetchmany(METADATA_CHUNK):
+                for record in records:
+                    try:
+                        _document(record)
+                    except RowCorrupt as problem:
+                        yield problem
+                if progress is not None:
+                    progress(len(records))
+        finally:
+            db.execute("COMMIT")
+
+    def _check_rows(self) -> None:
+        """:class:`StoreCorrupt` naming the first rows that fail their checksum, if any."""
+        problems = [str(problem) for problem in islice(self.verify(), MAX_LISTED_PROBLEMS)]
+        if problems:
+            raise self._corrupt("; ".join(problems))
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -294,15 +387,18 @@ class Store:
                     seq += 1
                     self._log_removal(seq, old[0], document.id)
                 seq += 1
+                metadata = json.dumps(document.metadata)
+                vector = np.asarray(document.vector, "<f4").tobytes()
                 cursor = db.execute(
-                    "INSERT INTO documents (doc_id, text, metadata, vector, seq) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO documents (doc_id, text, metadata, vector, seq, checksum) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         document.id,
                         document.text,
-                        json.dumps(document.metadata),
-                        np.asarray(document.vector, "<f4").tobytes(),
+                        metadata,
+                        vector,
                         seq,
+                        row_checksum(document.id, document.text, metadata, vector),
                     ),
                 )
                 row = int(cursor.lastrowid or 0)
@@ -351,16 +447,16 @@ class Store:
         """The text and metadata of the documents with these ids, in the same order (None where
         there is none), read with one query (the ids travel as one JSON parameter, so there is
         no limit on their number). The vectors stay unread: a search shows none."""
-        rows = (
+        records = (
             self._reader()
             .execute(
-                "SELECT doc_id, text, metadata FROM documents "
+                "SELECT row_id, doc_id, text, metadata, checksum FROM documents "
                 "WHERE doc_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(doc_ids)),),
             )
             .fetchall()
         )
-        found = {doc_id: Contents(doc_id, text, json.loads(meta)) for doc_id, text, meta in rows}
+        found = {record[1]: _contents(record) for record in records}
         return [found.get(doc_id) for doc_id in doc_ids]
 
     def present(self, doc_ids: Sequence[str]) -> set[str]:
@@ -409,31 +505,54 @@ class Store:
         records = self._reader().execute("SELECT row_id FROM documents ORDER BY row_id")
         return np.fromiter((record[0] for record in records), dtype=np.int64)
 
-    def _vectors(self, blobs: Sequence[bytes]) -> np.ndarray:
-        return np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(-1, self.dim)
+    def _vectors(self, records: Sequence[tuple], on_corrupt: OnCorrupt | None) -> np.ndarray:
+        """The full vectors of rows of ``row_id, doc_id, vector, checksum``, each checked: one
+        that fails raises :class:`~index.backend.RowCorrupt`, or with ``on_corrupt`` is told to
+        it and read as zeros."""
+        blobs = []
+        for row, doc_id, vector, checksum in records:
+            try:
+                check_vector(row, doc_id, vector, checksum)
+            except RowCorrupt as problem:
+                if on_corrupt is None:
+                    raise
+                on_corrupt(problem)
+                vector = bytes(4 * self.dim)
+            blobs.append(vector)
+        joined = b"".join(blobs)
+        return np.frombuffer(joined, dtype="<f4").astype(np.float32).reshape(-1, self.dim)
 
-    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
-        """The full vectors of these present rows, in the order given, read with one query."""
+    def vectors_of(self, rows: np.ndarray, on_corrupt: OnCorrupt | None = None) -> np.ndarray:
+        """The full vectors of these present rows, in the order given, read with one query
+        (``on_corrupt``: see :meth:`iter_vectors`)."""
         records = self._reader().execute(
-            "SELECT row_id, vector FROM documents WHERE row_id IN (SELECT value FROM json_each(?))",
+            "SELECT row_id, doc_id, vector, checksum FROM documents "
+            "WHERE row_id IN (SELECT value FROM json_each(?))",
             (json.dumps([int(row) for row in rows]),),
         )
-        found = dict(records.fetchall())
+        found = {record[0]: record for record in records.fetchall()}
         missing = [int(row) for row in rows if int(row) not in found]
         if missing:
             raise KeyError(f"rows {missing[:5]} are not in the store")
-        return self._vectors([found[int(row)] for row in rows])
+        return self._vectors([found[int(row)] for row in rows], on_corrupt)
 
-    def iter_vectors(self, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def iter_vectors(
+        self, chunk: int, on_corrupt: OnCorrupt | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Every present document's ``(row ids, full vectors)``, ``chunk`` rows at a time in row
-        order, all from one read transaction (one consistent state of the store)."""
+        order, all from one read transaction (one consistent state of the store). A vector that
+        fails its checksum raises :class:`~index.backend.RowCorrupt`; with ``on_corrupt`` it is
+        told to it and read as zeros instead, so that the other rows still make their file and
+        indexes, and the damaged one scores 0 against every query."""
         db = self._reader()
         db.execute("BEGIN")
         try:
-            cursor = db.execute("SELECT row_id, vector FROM documents ORDER BY row_id")
+            cursor = db.execute(
+                "SELECT row_id, doc_id, vector, checksum FROM documents ORDER BY row_id"
+            )
             while records := cursor.fetchmany(chunk):
                 rows = np.fromiter((record[0] for record in records), np.int64, len(records))
-                yield rows, self._vectors([record[1] for record in records])
+                yield rows, self._vectors(records, on_corrupt)
         finally:
             db.execute("COMMIT")
 
@@ -453,7 +572,7 @@ class Store:
         found: dict[int, tuple[str, Contents | None]] = {}
         # The names alone from their index; with contents, the rows themselves.
         source = (
-            "row_id, doc_id, text, metadata FROM documents"
+            "row_id, doc_id, text, metadata, checksum FROM documents"
             if contents
             else "row_id, doc_id FROM documents INDEXED BY doc_names"
         )
@@ -464,8 +583,7 @@ class Store:
                 f"WHERE row_id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             ):
-                stored = Contents(record[1], record[2], json.loads(record[3])) if contents else None
-                found[record[0]] = (record[1], stored)
+                found[record[0]] = (record[1], _contents(record) if contents else None)
         missing = [row for row in wanted if row not in found]
         for start in range(0, len(missing), ROWS_PER_LOOKUP):
             chunk = missing[start : start + ROWS_PER_LOOKUP]

@@ -35,7 +35,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from index.backend import StorageFull, is_disk_full
+from index.backend import RowCorrupt, StorageFull, is_disk_full
 from index.embedded.store import Store
 from index.vectors import unit_rows
 
@@ -65,11 +65,14 @@ class VectorFileRecord:
 @dataclass(frozen=True)
 class VectorFileRecovery:
     """How opening went: ``mapped`` (the record matched; ``caught_up`` rows written since) or
-    ``rebuilt`` (and why), and how many rows were written from the store."""
+    ``rebuilt`` (and why), how many rows were written from the store, and the documents whose
+    stored vectors failed their checksum (written as zeros, so they match no query; reading
+    such a document answers :class:`~index.backend.RowCorrupt` until it is upserted again)."""
 
     action: str
     reason: str | None
     rows_written: int
+    corrupt: tuple[str, ...] = ()
 
 
 def _flat_index(dim: int, dtype: str) -> faiss.Index:
@@ -129,6 +132,11 @@ class VectorFile:
     def open(self, store: Store) -> VectorFileRecovery:
         """Map the file and catch it up with ``store``, or rebuild it from ``store``."""
         problem = self._check(store)
+        corrupt: list[str] = []
+
+        def note(damaged: RowCorrupt) -> None:
+            corrupt.append(damaged.doc_id)
+
         if problem is None:
             record = self._read_record()
             assert record is not None
@@ -136,14 +144,14 @@ class VectorFile:
             added = np.array(changes.added, dtype=np.int64)
             for start in range(0, len(added), REBUILD_CHUNK):
                 rows = added[start : start + REBUILD_CHUNK]
-                self.write(rows, unit_rows(store.vectors_of(rows)))
-            return VectorFileRecovery("mapped", None, len(added))
+                self.write(rows, unit_rows(store.vectors_of(rows, note)))
+            return VectorFileRecovery("mapped", None, len(added), tuple(corrupt))
         self._remove()
         written = 0
-        for rows, vectors in store.iter_vectors(REBUILD_CHUNK):
+        for rows, vectors in store.iter_vectors(REBUILD_CHUNK, note):
             self.write(rows, unit_rows(vectors))
             written += len(rows)
-        return VectorFileRecovery("rebuilt", problem, written)
+        return VectorFileRecovery("rebuilt", problem, written, tuple(corrupt))
 
     def _read_record(self) -> VectorFileRecord | None:
         try:

@@ -102,3 +102,58 @@ def test_a_corrupted_store_page_ends_the_start_with_one_error_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     assert "is corrupt (" in lines[0]
+
+
+def _fractal_check(index_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "training.cli", "check", str(index_dir), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_flipped_byte_in_a_stored_text_is_never_served_and_is_named(
+    tiny_bundle_dir: Path, tmp_path: Path, launch: Callable[..., ServiceProcess]
+) -> None:
+    index_dir = tmp_path / "index"
+    _ingested(tiny_bundle_dir, index_dir, launch)
+    store = index_dir / "store.sqlite3"
+    payload = bytearray(store.read_bytes())
+    at = payload.find(TEXTS[123].encode())
+    assert at >= 0 and payload.find(TEXTS[123].encode(), at + 1) < 0
+    payload[at] ^= 0x20  # "note 123" → "Note 123": still text, SQLite's page check sees nothing
+    store.write_bytes(bytes(payload))
+
+    env = service_environment(
+        tiny_bundle_dir, index_dir, free_port(), **TEST_SETTINGS, **SETTINGS, store_check="full"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "service"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert "'n123'" in lines[0] and "does not match its checksum" in lines[0]
+
+    checked = _fractal_check(index_dir)
+    assert checked.returncode == 1, checked.stderr
+    assert "default: 300 documents, 1 problem(s)" in checked.stdout and "'n123'" in checked.stdout
+
+    server = launch(tiny_bundle_dir, index_dir, **SETTINGS)  # the quick check at start
+    with server.client() as client:
+        for answer in (
+            client.get("/documents/n123"),
+            client.post("/search", json={"queries": [TEXTS[123]], "k": 3}),
+        ):
+            assert answer.status_code == 500, answer.text
+            error = answer.json()["error"]
+            assert error["type"] == "data_corrupt" and "'n123'" in error["message"]
+            assert TEXTS[123][1:] not in answer.text  # nothing of the damaged row is served
+        assert client.get("/documents/n124").json()["text"] == TEXTS[124]
+        assert client.post("/search", json={"queries": [TEXTS[7]], "k": 1}).status_code == 200
+        healed = {"documents": [{"id": "n123", "text": TEXTS[123]}]}
+        assert client.post("/documents", json=healed).status_code == 200
+        assert client.get("/documents/n123").json()["text"] == TEXTS[123]
+    assert "'n123'" in server.log.read_text()  # the 500s are logged with the id
+    assert _fractal_check(index_dir).returncode == 0
