@@ -2,6 +2,7 @@
 (:func:`training.cli.main`) adds them:
 
     fractal ingest corpus.jsonl --url http://127.0.0.1:8000 [--resume]  # a corpus → service
+    fractal ingest news.jsonl --collection news --create   # … into a new named collection
     fractal ingest --url http://127.0.0.1:8000 --dataset clinc150   # demo corpus → service
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/   # a corpus → Parquet
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/ --ray  # … on Ray Data
@@ -62,6 +63,12 @@ def _cmd_ingest(args: argparse.Namespace, dataset_documents: DatasetDocuments) -
     for name in ("batch_size", "concurrency"):
         if getattr(args, name) < 1:
             raise BulkError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.create and args.collection is None:
+        raise BulkError("--create needs --collection (the default collection always exists)")
+    if args.index_kinds is not None and not args.create:
+        raise BulkError("--index-kinds applies to a collection --create makes: add --create")
+    if args.index_kinds == []:
+        raise BulkError("--index-kinds names no index kind")
     if args.corpus is None:
         _ingest_dataset(args, dataset_documents)
         return None
@@ -70,9 +77,11 @@ def _cmd_ingest(args: argparse.Namespace, dataset_documents: DatasetDocuments) -
 
 def _ready_client(args: argparse.Namespace) -> FractalClient:
     """A client of the service at ``--url`` once it is ready, whose limit on documents per
-    request ``--batch-size`` respects."""
+    request ``--batch-size`` respects, and which has the ``--collection`` (created with
+    ``--create`` if need be, once everything else is checked)."""
     import httpx
 
+    from bulk.ingest import prepare_collection
     from support.client import FractalClient, RequestRefused
 
     client = FractalClient(args.url, api_key=args.api_key, collection=args.collection)
@@ -86,14 +95,6 @@ def _ready_client(args: argparse.Namespace) -> FractalClient:
     except (RequestRefused, httpx.HTTPError) as exc:
         client.close()
         raise BulkError(f"cannot read /info of the service at {args.url}: {exc}") from None
-    if args.collection is not None:
-        names = [c["name"] for c in client.request("GET", "/collections").json()["collections"]]
-        if args.collection not in names:
-            client.close()
-            raise BulkError(
-                f"the service at {args.url} has no collection {args.collection!r} (it has "
-                f"{', '.join(names)}): create it with POST /collections"
-            )
     limit = info["limits"]["max_texts"]
     if args.batch_size > limit:
         client.close()
@@ -101,6 +102,18 @@ def _ready_client(args: argparse.Namespace) -> FractalClient:
             f"--batch-size {args.batch_size} is over the service's limit of {limit} documents "
             "per request (FRACTAL_MAX_TEXTS)"
         )
+    if args.collection is not None:
+        try:
+            created = prepare_collection(client, args.collection, args.create, args.index_kinds)
+        except (RequestRefused, httpx.HTTPError) as exc:
+            client.close()
+            problem = f"cannot list the collections of the service at {args.url}: {exc}"
+            raise BulkError(problem) from None
+        except BulkError:
+            client.close()
+            raise
+        if created is not None:
+            print(f"created the collection {args.collection!r} (index kinds {','.join(created)})")
     return client
 
 
@@ -270,6 +283,16 @@ def add_ingest_command(
     ingest.add_argument("--url", default="http://127.0.0.1:8000")
     ingest.add_argument(
         "--collection", help="a named collection of the service (default: the default one)"
+    )
+    ingest.add_argument(
+        "--create", action="store_true", help="create the --collection if the service has none"
+    )
+    ingest.add_argument(
+        "--index-kinds",
+        type=name_list,
+        metavar="a,b",
+        help="with --create: the index kinds the collection builds, some of exact, hnsw, pq "
+        "(default: the service's FRACTAL_INDEX_KINDS)",
     )
     ingest.add_argument(
         "--api-key",

@@ -16,6 +16,10 @@ after ``Retry-After``). Every row ends in exactly one of three counts:
 
 An interrupted run loses nothing acknowledged; rerunning it with ``resume`` sends only the rows
 that are not stored yet (those of the batch in flight at the interruption may be either).
+
+A named collection must exist before its ingest, or be created for it
+(:func:`prepare_collection`, ``--create``) through ``POST /collections``: the service applies its
+defaults and its rules, none of which is copied here.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tqdm.auto import tqdm
 
 from bulk.corpus import BadRow, Columns, Record, corpus_format, read_rows, row_unit
 from bulk.errors import BulkError
-from support.client import LOOKUP_BATCH, FractalClient
+from support.client import LOOKUP_BATCH, FractalClient, RequestRefused
 
 INGEST_FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
@@ -81,6 +85,49 @@ def open_corpus(path: Path, columns: Columns) -> Iterator[Record | BadRow]:
     if first is None:
         raise BulkError(f"{path}: the corpus holds no documents")
     return chain([first], rows)
+
+
+def prepare_collection(
+    client: FractalClient, name: str, create: bool, index_kinds: list[str] | None
+) -> list[str] | None:
+    """Make sure the service has the collection ``name`` to ingest into; the index kinds of the
+    collection created, or None when it existed.
+
+    An existing collection is used as it is: ``index_kinds``, when given, must be its kinds. A
+    missing one is created when ``create`` is set (with ``index_kinds``, or without any: the
+    service's default, ``FRACTAL_INDEX_KINDS``), and is a :class:`BulkError` otherwise, as is a
+    creation the service refuses (its message says why). Another client creating the same
+    collection meanwhile is not an error. ``RequestRefused`` if the service refuses to list its
+    collections."""
+    url = str(client.http.base_url).rstrip("/")
+    listed = client.request("GET", "/collections").json()["collections"]
+    kinds_of = {collection["name"]: collection["index_kinds"] for collection in listed}
+    existing = kinds_of.get(name)
+    if existing is not None:
+        if index_kinds is not None and index_kinds != existing:
+            raise BulkError(
+                f"the collection {name!r} of the service at {url} exists with the index kinds "
+                f"{','.join(existing)}, not {','.join(index_kinds)}: leave out --index-kinds to "
+                "ingest into it"
+            )
+        return None
+    if not create:
+        raise BulkError(
+            f"the service at {url} has no collection {name!r} (it has {', '.join(kinds_of)}): "
+            "add --create to create it, or create it with POST /collections"
+        )
+    body: dict[str, object] = {"name": name}
+    if index_kinds is not None:
+        body["index_kinds"] = index_kinds
+    try:
+        created = client.request("POST", "/collections", json=body).json()
+    except RequestRefused as refused:
+        if refused.status_code == 409:  # created meanwhile, by another client
+            return prepare_collection(client, name, False, index_kinds)
+        raise BulkError(
+            f"the service at {url} cannot create the collection {name!r}: {refused.message}"
+        ) from None
+    return list(created["index_kinds"])
 
 
 def _unsendable(document: dict) -> str | None:

@@ -1,6 +1,7 @@
 """``fractal ingest FILE``: a user's corpus reaches a real service over HTTP. Bad rows are reported
 by line (Parquet: row) while the good ones are stored; ``--resume`` after ``kill -9`` sends only
-what is missing; bad command lines end with one ``error:`` line and exit status 2."""
+what is missing; ``--create`` makes a missing collection; bad command lines end with one
+``error:`` line and exit status 2."""
 
 from __future__ import annotations
 
@@ -287,7 +288,7 @@ def test_a_corpus_goes_to_a_named_collection_and_resumes_there(
     corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     args = ["ingest", corpus, "--url", server.base_url, "--collection", "news"]
     status, _, err = run_cli(capsys, *args)
-    assert_one_error(status, err, "has no collection 'news'")
+    assert_one_error(status, err, "has no collection 'news'", "add --create to create it")
     with httpx.Client(base_url=server.base_url) as http:
         assert http.post("/collections", json={"name": "news"}).status_code == 201
         status, out, err = run_cli(capsys, *args, "--batch-size", "7")
@@ -299,6 +300,76 @@ def test_a_corpus_goes_to_a_named_collection_and_resumes_there(
         assert http.get("/documents/n0").status_code == 404  # not in the default collection
         assert http.get("/collections/news/documents/n0").json()["text"] == "market report number 0"
         http.request("DELETE", "/collections/news", json={"name": "news"})
+
+
+def _collections(http: httpx.Client) -> dict[str, tuple[list[str], int]]:
+    listed = http.get("/collections").json()["collections"]
+    return {c["name"]: (c["index_kinds"], c["documents"]) for c in listed}
+
+
+def test_create_makes_the_missing_collection_with_the_service_defaults_or_given_kinds(
+    capsys: pytest.CaptureFixture[str], server: ServiceProcess, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "news.jsonl"
+    rows = [{"id": f"n{i}", "text": f"market report number {i}"} for i in range(30)]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    ingest = ["ingest", corpus, "--url", server.base_url, "--no-progress"]
+    with httpx.Client(base_url=server.base_url) as http:
+        default_kinds = _collections(http)["default"][0]  # FRACTAL_INDEX_KINDS
+        status, out, err = run_cli(capsys, *ingest, "--collection", "news", "--create")
+        assert status == 0, err
+        assert out.strip().splitlines() == [
+            f"created the collection 'news' (index kinds {','.join(default_kinds)})",
+            "stored 30, rejected 0",
+        ]
+        assert _collections(http)["news"] == (default_kinds, 30)
+        # It exists now: --create changes nothing, and --resume finds everything stored.
+        status, out, err = run_cli(capsys, *ingest, "--collection", "news", "--create", "--resume")
+        assert (status, out.strip()) == (0, "stored 0, skipped 30 already stored, rejected 0"), err
+
+        status, out, err = run_cli(
+            capsys, *ingest, "--collection", "faq", "--create", "--index-kinds", "exact"
+        )
+        assert status == 0, err
+        assert out.strip().splitlines()[0] == "created the collection 'faq' (index kinds exact)"
+        assert _collections(http)["faq"] == (["exact"], 30)
+        params = {"q": "market report", "k": 5, "collection": "faq"}
+        found = http.get("/search", params=params).json()
+        assert found["route"]["index"] == "exact" and len(found["hits"]) == 5
+
+        refusals = [
+            (["faq", "--index-kinds", "hnsw"], "exists with the index kinds exact, not hnsw"),
+            (["other", "--index-kinds", "pq"], "cannot create the collection 'other': index_kinds"),
+            (["other", "--index-kinds", "exact,bogus"], "cannot create the collection 'other'"),
+            (["Not A Name"], "cannot create the collection 'Not A Name': name"),
+            (["other", "--batch-size", "129"], "--batch-size 129 is over the service's limit"),
+        ]
+        for argv, message in refusals:
+            status, _, err = run_cli(capsys, *ingest, "--create", "--collection", *argv)
+            assert_one_error(status, err, message)
+        assert set(_collections(http)) == {"default", "news", "faq"}
+        assert _collections(http)["faq"] == (["exact"], 30)
+
+
+def test_create_needs_a_key_that_may_create_the_collection(
+    capsys: pytest.CaptureFixture[str], tiny_bundle_dir: Path, tmp_path: Path, launch
+) -> None:
+    writer, admin = "ingest-writer-key-0000001", "ingest-admin-key-00000001"
+    key_file = tmp_path / "keys.txt"
+    key_file.write_text(f"{writer} write news\n{admin} admin news\n", encoding="utf-8")
+    server = launch(tiny_bundle_dir, tmp_path / "index", api_keys_file=str(key_file))
+    corpus = tmp_path / "news.jsonl"
+    corpus.write_text(json.dumps({"id": "n0", "text": "market report"}) + "\n", encoding="utf-8")
+    ingest = ["ingest", corpus, "--url", server.base_url, "--collection", "news", "--create"]
+    status, _, err = run_cli(capsys, *ingest, "--api-key", writer)
+    assert_one_error(
+        status, err, "cannot create the collection 'news'", "does not allow admin", "'news'"
+    )
+    status, out, err = run_cli(capsys, *ingest, "--api-key", admin, "--no-progress")
+    assert status == 0, err
+    assert out.strip().splitlines()[-1] == "stored 1, rejected 0"
+    status, out, err = run_cli(capsys, *ingest, "--api-key", writer, "--no-progress")
+    assert (status, out.strip()) == (0, "stored 1, rejected 0"), err
 
 
 NO_SERVICE = ["--url", "http://127.0.0.1:9", "--wait", "1"]
@@ -321,6 +392,12 @@ NO_SERVICE = ["--url", "http://127.0.0.1:9", "--wait", "1"]
         ({"c.jsonl": ""}, ["c.jsonl", "--batch-size", "0"], "--batch-size must be at least 1"),
         ({"c.jsonl": '{"id": 1, "text": "hi"}\n'}, ["c.jsonl", "--rejects", "no/such/dir.jsonl"],
          "--rejects no/such/dir.jsonl: cannot write it"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--create"], "--create needs --collection"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--collection", "c", "--index-kinds", "exact"],
+         "--index-kinds applies to a collection --create makes"),
+        ({"c.jsonl": ""}, ["c.jsonl", "--collection", "c", "--create", "--index-kinds", ","],
+         "--index-kinds names no index kind"),
+        ({}, ["--dataset", "clinc150", "--create"], "--create needs --collection"),
     ],
 )  # fmt: skip
 def test_bad_command_lines_end_with_one_error_line(

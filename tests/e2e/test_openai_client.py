@@ -1,9 +1,10 @@
 """The official ``openai`` client against a real server: floats, its default base64, dimensions,
-token arrays and errors."""
+token arrays and errors; the model list and a model, with an API key."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,12 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
+from bundle import load_bundle
 from support.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
 
 MODEL = "clinc150-v5-small"
+KEY = "openai-client-test-key-0001"
 TEXTS = ["i need to transfer money to my sister", "what's on my calendar today", "hi there"]
 
 
@@ -59,4 +62,29 @@ def test_openai_client_embeddings(
     with pytest.raises(openai.UnprocessableEntityError) as bad_dims:
         client.embeddings.create(model=MODEL, input=TEXTS, dimensions=100)
     assert "allowed: 64, 128, 192, 256" in str(bad_dims.value)
+    assert server.stop() in GRACEFUL_EXITS
+
+
+def test_openai_client_models(
+    v5_bundle_dir: Path, tmp_path: Path, launch: Callable[..., ServiceProcess]
+) -> None:
+    server = launch(v5_bundle_dir, tmp_path / "index", api_keys=KEY)
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=KEY, max_retries=0)
+    created = datetime.fromisoformat(load_bundle(v5_bundle_dir).created_at).timestamp()
+
+    models = client.models.list()
+    assert [(m.id, m.object, m.created, m.owned_by) for m in models] == [
+        (MODEL, "model", int(created), "fractal")
+    ]
+    for listed in models:
+        assert client.models.retrieve(listed.id) == listed
+        embedded = client.embeddings.create(model=listed.id, input="hi there", dimensions=64)
+        assert embedded.model == listed.id and len(embedded.data[0].embedding) == 64
+
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("text-embedding-3-small")
+    assert missing.value.type == "model_not_found" and MODEL in str(missing.value)
+    stranger = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
     assert server.stop() in GRACEFUL_EXITS

@@ -52,6 +52,7 @@ def _well_formed() -> Iterator[tuple[str, str, dict]]:
     for encoding in ("float", "base64"):
         body = {"model": MODEL, "input": "hello", "encoding_format": encoding}
         yield "POST", "/v1/embeddings", {"json": body}
+    yield "GET", "/v1/models", {}
     yield "GET", "/info", {}
     yield "GET", "/collections", {}
 

@@ -33,6 +33,8 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
     assert set(schema["paths"]) == {
         "/embed",
         "/v1/embeddings",
+        "/v1/models",
+        "/v1/models/{model}",
         "/documents",
         "/documents/vectors",
         "/documents/lookup",

@@ -55,6 +55,8 @@ def _operations(vectors: dict, model: str) -> list[tuple[str, str, dict | None, 
     return [
         ("POST", "/embed", {"texts": ["a"]}, None, ""),
         ("POST", "/v1/embeddings", {"input": "a", "model": model}, None, ""),
+        ("GET", "/v1/models", None, None, ""),
+        ("GET", f"/v1/models/{model}", None, None, ""),
         ("POST", "/documents", TEXT, "write", "default"),
         ("POST", "/documents/vectors", vectors, "write", "default"),
         ("POST", "/documents/lookup", lookup, "read", "default"),
@@ -115,6 +117,8 @@ def _template(path: str) -> str:
     """The contract's path of a concrete one: ``/collections/alpha/documents/d-1`` →
     ``/collections/{collection}/documents/{doc_id}``."""
     parts = path.split("?")[0].split("/")
+    if parts[1:3] == ["v1", "models"] and len(parts) == 4:
+        parts[3] = "{model}"
     if len(parts) >= 3 and parts[1] == "collections":
         parts[2] = "{name}" if len(parts) == 3 else "{collection}"
     if parts[-2] == "documents" and parts[-1] not in ("vectors", "lookup"):
