@@ -28,6 +28,18 @@ the other: ``POST /embed`` with ``embed_texts`` query texts a request, and a coa
    request it sent is answered or timed out, so a backlog the service still works through
    counts in the recovery time.
 
+Two more measurements follow:
+
+- **storm**: ``wrk`` with ``storm_connections`` connections, each sending ``POST /embed`` with
+  ``storm_texts`` texts back to back for ``storm_seconds`` (wrk's timeout ``timeout_s``): answers
+  by status and wrk's socket errors (timeouts, resets);
+- **ingest flood**: coarse ``GET /search`` offered at ``flood_search_fraction`` of its capacity
+  for ``step_seconds``, alone and then while ``flood_clients`` clients post ``flood_batch``
+  documents a request to ``POST /documents`` back to back (each replacing a corpus document with
+  another of its texts, so that the corpus keeps its size). The encoder queue serves queries
+  before bulk texts; the accepted searches' p99 with the flood beside the one without shows what
+  ingest costs a query.
+
 While a service neither sheds nor answers within ``workers / rate`` seconds, hey's workers wait
 for their answers and the rate actually sent falls below the rate asked (the step then lasts
 longer than ``step_seconds``): both are reported.
@@ -46,6 +58,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -95,7 +108,14 @@ class Settings(ServedSettings):
     recovery_limit_s: float = 60.0
     rss_settle_s: float = 60.0
     """RSS may grow during the first seconds of a step, not after."""
+    storm_connections: int = option(512, "connections of the storm")
+    storm_texts: int = option(32, "texts per POST /embed request of the storm")
+    storm_seconds: float = option(30.0, "seconds of the storm")
+    flood_search_fraction: float = 0.5
+    flood_clients: int = 2
+    flood_batch: int = 64
     target_shed_p99_ms: float = 100.0
+    target_flood_p99_factor: float = 2.0
     target_accepted_p99_factor: float = 4.0
     target_rss_growth: float = 0.05
     tag: str = option("", "added to the result file names")
@@ -113,6 +133,10 @@ SMOKE = Settings(
     step_seconds=2.0,
     recovery_limit_s=5.0,
     rss_settle_s=1.0,
+    storm_connections=64,
+    storm_texts=8,
+    storm_seconds=2.0,
+    flood_batch=16,
 )
 
 
@@ -269,6 +293,117 @@ def measure_endpoint(
     }
 
 
+def storm(base_url: str, queries: list[str], settings: Settings, progress: Progress) -> dict:
+    """wrk at ``storm_connections`` sending ``storm_texts`` texts a request (see the module
+    docstring): its answers by status and its socket errors."""
+    size = settings.storm_texts
+    requests = [
+        HttpRequest.post_json("/embed", {"texts": (queries * size)[start : start + size]})
+        for start in range(0, len(queries), size)
+    ]
+    result = run_wrk(
+        base_url,
+        requests,
+        settings.storm_connections,
+        settings.storm_seconds,
+        timeout_s=settings.timeout_s,
+        count_statuses=True,
+        cpus=settings.generator_cpus,
+    )
+    progress(
+        f"storm: c={settings.storm_connections}, {size} texts a request: statuses "
+        f"{result.statuses}, socket errors {result.errors}"
+    )
+    return result.to_json()
+
+
+class Flood(threading.Thread):
+    """One client posting ``batch`` corpus documents a request, back to back, until stopped
+    (each replaces the document of its id with the next text of the corpus); counts the
+    documents stored and the answers by status."""
+
+    def __init__(self, base_url: str, texts: list[str], batch: int, first: int) -> None:
+        super().__init__(daemon=True)
+        self.base_url, self.texts, self.batch, self.next = base_url, texts, batch, first
+        self.stopped = threading.Event()
+        self.stored = 0
+        self.statuses: dict[str, int] = {}
+
+    def run(self) -> None:
+        size = len(self.texts)
+        with httpx.Client(base_url=self.base_url, timeout=60) as client:
+            while not self.stopped.is_set():
+                documents = [
+                    {"id": f"doc-{n % size:07d}", "text": self.texts[(n + 1) % size]}
+                    for n in range(self.next, self.next + self.batch)
+                ]
+                self.next += self.batch
+                try:
+                    answer = client.post("/documents", json={"documents": documents})
+                    status = str(answer.status_code)
+                except httpx.HTTPError:
+                    status = "no answer"
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self.stored += len(documents) if status == "200" else 0
+
+
+def ingest_flood(
+    base_url: str,
+    texts: list[str],
+    request: HttpRequest,
+    capacity: float,
+    settings: Settings,
+    progress: Progress,
+) -> dict:
+    """Coarse searches at ``flood_search_fraction`` of capacity, alone and beside the flood."""
+    rate = settings.flood_search_fraction * capacity
+    workers = workers_for(rate, settings.per_worker_rate)
+
+    def searches() -> HeyResult:
+        return run_hey(
+            base_url,
+            request,
+            rate,
+            settings.step_seconds,
+            workers,
+            settings.timeout_s,
+            settings.generator_cpus,
+        )
+
+    alone = searches()
+    clients = [
+        Flood(base_url, texts, settings.flood_batch, number * len(texts) // settings.flood_clients)
+        for number in range(settings.flood_clients)
+    ]
+    for client in clients:
+        client.start()
+    started = time.perf_counter()
+    flooded = searches()
+    seconds = time.perf_counter() - started
+    for client in clients:
+        client.stopped.set()
+    for client in clients:
+        client.join()
+    statuses: dict[str, int] = {}
+    for client in clients:
+        for status, count in client.statuses.items():
+            statuses[status] = statuses.get(status, 0) + count
+    stored = sum(client.stored for client in clients)
+    found: dict = {
+        "search_rate": rate,
+        "alone": alone.to_json(),
+        "flooded": flooded.to_json(),
+        "ingest_documents_per_s": stored / seconds,
+        "ingest_statuses": statuses,
+    }
+    progress(
+        f"ingest flood: search p99 {_ms(latency(found['alone'], '200'))} ms alone, "
+        f"{_ms(latency(found['flooded'], '200'))} ms beside {stored / seconds:.0f} documents/s "
+        f"stored (ingest answers {statuses})"
+    )
+    return found
+
+
 # -- reading the results -----------------------------------------------------------------------
 
 
@@ -321,6 +456,27 @@ def targets(endpoints: dict, settings: Settings) -> list[dict]:
             },
         ]
     return found
+
+
+def extra_targets(storm_run: dict, flood: dict, settings: Settings) -> list[dict]:
+    """The storm: no request without an answer. The flood: searches barely slower."""
+    lost = sum(storm_run["errors"].values())
+    alone, flooded = latency(flood["alone"], "200"), latency(flood["flooded"], "200")
+    factor = settings.target_flood_p99_factor
+    return [
+        {
+            "target": f"storm (wrk -c{settings.storm_connections}, {settings.storm_texts} texts "
+            "a request): 0 timeouts and 0 socket errors",
+            "reached": lost,
+            "met": lost == 0,
+        },
+        {
+            "target": f"search p99 beside an ingest flood ≤ {factor:g}× its p99 alone "
+            f"({_ms(alone)} ms)",
+            "reached": "none accepted" if flooded is None else round(flooded, 1),
+            "met": alone is not None and flooded is not None and flooded <= factor * alone,
+        },
+    ]
 
 
 def _ms(value: float | None) -> str:
@@ -422,9 +578,50 @@ def markdown(report: dict) -> str:
                 ],
                 rows,
             ),
+            *([storm_section(report), flood_section(report)] if "flood" in report else []),
             "## Settings\n\n" + bullet_list(settings),
             "## Machine\n\n" + bullet_list(report["machine"]),
         ]
+    )
+
+
+def storm_section(report: dict) -> str:
+    storm_run, settings = report["storm"], report["settings"]
+    return (
+        f"## Storm (wrk, c={settings['storm_connections']}, {settings['storm_texts']} texts a "
+        f"request, {settings['storm_seconds']:g} s)\n\n"
+        f"{storm_run['requests']:,} answers: {storm_run['statuses']}; socket errors (timeouts, "
+        f"resets): {storm_run['errors'] or 'none'}; answers below 400: "
+        f"{storm_run['ok_qps']:.1f}/s, p99 {storm_run['p99_ms']:.1f} ms (wrk counts every answer "
+        f"in its latency, 429s included); wrk CPU {storm_run['client_cpu_percent']:.0f}%."
+    )
+
+
+def flood_section(report: dict) -> str:
+    flood, settings = report["flood"], report["settings"]
+    rows = [
+        [
+            label,
+            f"{run['rate_asked']:.0f}",
+            run["requests"],
+            _ms(latency(run, "200", "p50_ms")),
+            _ms(latency(run, "200")),
+            {status: answered["count"] for status, answered in run["answered"].items()},
+            run["transport_errors"],
+        ]
+        for label, run in (("alone", flood["alone"]), ("beside the flood", flood["flooded"]))
+    ]
+    return (
+        f"## Searches beside an ingest flood\n\nCoarse `GET /search` offered at "
+        f"{settings['flood_search_fraction']:.0%} of its capacity, alone, then while "
+        f"{settings['flood_clients']} clients post {settings['flood_batch']} documents a request "
+        f"back to back: {flood['ingest_documents_per_s']:.0f} documents/s stored (ingest answers "
+        f"{flood['ingest_statuses']}).\n\n"
+        + markdown_table(
+            ["searches", "offered /s", "requests", "200 p50 ms", "200 p99 ms", "statuses"]
+            + ["no answer"],
+            rows,
+        )
     )
 
 
@@ -470,9 +667,16 @@ def run(settings: Settings, progress: Progress) -> dict:
     endpoints: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
         with served_corpus(settings, texts, sources, Path(work), progress, **SERVICE) as process:
-            for name, requests in endpoint_requests(queries, settings).items():
+            every = endpoint_requests(queries, settings)
+            for name, requests in every.items():
                 endpoints[name] = measure_endpoint(
                     process.base_url, process.process.pid, name, requests, settings, progress
                 )
                 progress.checkpoint(results | {"endpoints": endpoints, "targets": []})
-    return results | {"endpoints": endpoints, "targets": targets(endpoints, settings)}
+            storm_run = storm(process.base_url, queries, settings, progress)
+            search_capacity = endpoints["search"]["capacity"]["ok_qps"]
+            flood = ingest_flood(
+                process.base_url, texts, every["search"][0], search_capacity, settings, progress
+            )
+    found = targets(endpoints, settings) + extra_targets(storm_run, flood, settings)
+    return results | {"endpoints": endpoints, "storm": storm_run, "flood": flood, "targets": found}

@@ -16,11 +16,19 @@ Which texts make a batch is the ``policy``:
 - ``fifo``: the ``max_batch`` oldest texts, whatever their lengths (the encoder still cuts a
   batch over its budget into sub-batches).
 
+Priority: texts come in two lanes. **Queries** (a search's query, ``/embed``,
+``/v1/embeddings``) are served before **bulk** texts (documents being stored, ``POST
+/documents``): a batch is taken from the query lane whenever it holds a text, and from the bulk
+lane otherwise, or when no bulk batch has run for :data:`BULK_TURN_S` (so that ingest keeps
+moving, at one batch per turn, under a stream of queries). A batch never mixes the lanes: a query
+does not wait behind long documents in its own batch.
+
 Admission: the queue holds at most ``max_depth`` texts, and measures what a text costs (a
 running mean of encoder seconds per text). :meth:`MicroBatcher.admit` refuses a new request
 with :class:`Overloaded` (HTTP 429, with a ``Retry-After`` from the estimated wait) when the
-queue is full or its estimated wait is over ``queue_deadline_s``; :mod:`service.admission`
-asks it before the request's body is read. A request whose texts are still queued
+queue is full or its estimated wait is over ``queue_deadline_s``; a query counts only the
+query lane and the batch being encoded, bulk texts count everything queued. :mod:`service.admission`
+asks it (as for a query) before the request's body is read. A request whose texts are still queued
 ``timeout_s`` after it arrived fails with :class:`DeadlineExceeded`, and one whose client
 disconnects (:meth:`Caller.leave`) with :class:`ClientDisconnected`; a cancelled one leaves:
 either way its queued texts are skipped, never encoded, and no longer count in the depth or the
@@ -58,6 +66,9 @@ on, MiniLM's tokenizer takes 5 µs plus 0.2 µs a character for one text, and ab
 75 µs: a query or a few short texts (most requests) is cheaper inline, and the loop stalls for at
 most about 0.35 ms on one; 128 texts of 50 characters (2 ms) or of 8,192 (0.4 s) go to a
 thread."""
+
+BULK_TURN_S = 0.5
+"""While queries are waiting, bulk texts still get one batch when none has run for this long."""
 
 BatchPolicy = Literal["length", "fifo"]
 """How the queue makes a batch; see the module docstring."""
@@ -100,6 +111,7 @@ class _Ticket:
     remaining: int
     queued: int
     deadline: float | None
+    bulk: bool = False
 
 
 @dataclass(eq=False)
@@ -151,8 +163,11 @@ class MicroBatcher:
         self.max_depth = max_depth
         self.queue_deadline_s = queue_deadline_s
         self.timeout_s = timeout_s
-        self._items: deque[_Item] = deque()
+        self._lanes: dict[bool, deque[_Item]] = {False: deque(), True: deque()}
+        """The query lane (``False``) and the bulk lane (``True``)."""
         self._queued = 0
+        self._queued_bulk = 0
+        self._last_bulk = time.monotonic()
         self._arrived = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._worker: asyncio.Task | None = None
@@ -183,63 +198,78 @@ class MicroBatcher:
             except asyncio.CancelledError:
                 pass
             self._worker = None
-        for item in [*self._in_flight, *self._items]:
+        for item in [*self._in_flight, *self._lanes[False], *self._lanes[True]]:
             if not item.ticket.future.done():
                 item.ticket.future.set_exception(NotReady("the service is shutting down"))
-        self._in_flight, self._items = [], deque()
+        self._in_flight = []
+        self._lanes = {False: deque(), True: deque()}
         await asyncio.to_thread(self._executor.shutdown, wait=True)
 
-    def estimated_wait_s(self) -> float | None:
-        """Seconds until the texts queued now (and the batch being encoded) are likely done,
-        from the measured encoder seconds per text; None before any batch was measured.
-        (``max_wait`` is left out: a queue that has a backlog fills its batches at once.)"""
+    def _ahead(self, bulk: bool) -> int:
+        """Texts queued ahead of a new one of that lane: for a query, the query lane's."""
+        return self._queued if bulk else self._queued - self._queued_bulk
+
+    def estimated_wait_s(self, bulk: bool = False) -> float | None:
+        """Seconds until the texts ahead of a new text of that lane (and the batch being
+        encoded) are likely done, from the measured encoder seconds per text; None before any
+        batch was measured. (``max_wait`` is left out: a queue that has a backlog fills its
+        batches at once.)"""
         if self._text_seconds is None:
             return None
-        return (self._queued + len(self._in_flight)) * self._text_seconds
+        return (self._ahead(bulk) + len(self._in_flight)) * self._text_seconds
 
-    def retry_after_s(self) -> int:
-        """Whole seconds until the queue has likely drained (at least 1)."""
-        return max(1, math.ceil(self.estimated_wait_s() or 0.0))
+    def retry_after_s(self, bulk: bool = False) -> int:
+        """Whole seconds until the texts ahead of a new one of that lane have likely been
+        encoded (at least 1)."""
+        return max(1, math.ceil(self.estimated_wait_s(bulk) or 0.0))
 
-    def admit(self, texts: int = 1) -> None:
+    def admit(self, texts: int = 1, bulk: bool = False) -> None:
         """Raise :class:`Overloaded` (and count the request as shed) if ``texts`` more texts
-        do not fit in the queue, or if its estimated wait is over ``queue_deadline_s`` (when
-        set and once measured). Cheap: two comparisons."""
-        if self._queued + texts > self.max_depth:
+        of that lane do not fit in the queue, or if their estimated wait is over
+        ``queue_deadline_s`` (when set and once measured). Cheap: two comparisons."""
+        ahead = self._ahead(bulk)
+        if ahead + texts > self.max_depth:
             self._refuse(
                 "queue_full",
-                f"the encoder queue is full ({self._queued} of {self.max_depth} texts "
+                f"the encoder queue is full ({ahead} of {self.max_depth} texts "
                 "waiting); retry later",
+                bulk,
             )
-        wait = self.estimated_wait_s()
+        wait = self.estimated_wait_s(bulk)
         if self.queue_deadline_s and wait is not None and wait > self.queue_deadline_s:
             self._refuse(
                 "queue_wait",
                 f"the encoder queue's estimated wait is {wait * 1000:.0f} ms, over the limit "
                 f"of {self.queue_deadline_s * 1000:.0f} ms; retry later",
+                bulk,
             )
 
-    def _refuse(self, reason: str, message: str) -> None:
+    def _refuse(self, reason: str, message: str, bulk: bool) -> None:
         self._metrics.requests_shed.labels(reason=reason).inc()
-        raise Overloaded(message, self.retry_after_s())
+        raise Overloaded(message, self.retry_after_s(bulk))
 
-    async def embed(self, texts: Sequence[EncoderInput]) -> Encoded:
-        """Full embeddings and token counts of ``texts`` (or token ids), in order."""
+    async def embed(self, texts: Sequence[EncoderInput], bulk: bool = False) -> Encoded:
+        """Full embeddings and token counts of ``texts`` (or token ids), in order; ``bulk``:
+        documents being stored, served after queries (see the module docstring)."""
         caller = CALLER.get() or Caller()
         count = len(texts)
-        self._check_queueable(caller, count)
+        self._check_queueable(caller, count, bulk)
         characters = sum(len(text) for text in texts if isinstance(text, str))
         if count > INLINE_TOKENISE_TEXTS or characters > INLINE_TOKENISE_CHARS:
             token_ids = await asyncio.to_thread(self._tokenize, texts)
-            self._check_queueable(caller, count)  # the queue, and the caller, moved on meanwhile
+            # the queue, and the caller, moved on meanwhile
+            self._check_queueable(caller, count, bulk)
         else:
             token_ids = self._tokenize(texts)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Encoded] = loop.create_future()
         deadline = caller.arrived + self.timeout_s if self.timeout_s else None
-        ticket = _Ticket(future, [None] * count, [0] * count, count, count, deadline)
-        self._items.extend(_Item(ticket, position, ids) for position, ids in enumerate(token_ids))
+        ticket = _Ticket(future, [None] * count, [0] * count, count, count, deadline, bulk)
+        self._lanes[bulk].extend(
+            _Item(ticket, position, ids) for position, ids in enumerate(token_ids)
+        )
         self._queued += count
+        self._queued_bulk += count if bulk else 0
         self._metrics.queue_depth.set(self._queued)
         self._arrived.set()
         timer = None
@@ -254,13 +284,13 @@ class MicroBatcher:
                 timer.cancel()
             self._forget(ticket)
 
-    def _check_queueable(self, caller: Caller, texts: int) -> None:
-        """Raise unless ``texts`` more texts of ``caller`` can be queued now."""
+    def _check_queueable(self, caller: Caller, texts: int, bulk: bool) -> None:
+        """Raise unless ``texts`` more texts of ``caller`` can be queued now in that lane."""
         if not self.running:
             raise NotReady("the encoder is not running")
         if caller.gone:
             raise _disconnected()
-        self.admit(texts)
+        self.admit(texts, bulk)
 
     def _expire(self, ticket: _Ticket) -> None:
         """Fail a request whose deadline passed while texts of it were still queued."""
@@ -281,47 +311,67 @@ class MicroBatcher:
         if ticket.queued and left:
             self._metrics.requests_shed.labels(reason="disconnected").inc()
         self._queued -= ticket.queued
+        if ticket.bulk:
+            self._queued_bulk -= ticket.queued
         ticket.queued = 0
         self._metrics.queue_depth.set(self._queued)
 
-    def _live_head(self) -> bool:
-        """Drop the items at the front of the queue whose request is gone or past its
+    def _live_head(self, lane: deque[_Item]) -> bool:
+        """Drop the items at the front of ``lane`` whose request is gone or past its
         deadline; whether a live one is left."""
         now = time.monotonic()
-        while self._items:
-            ticket = self._items[0].ticket
+        while lane:
+            ticket = lane[0].ticket
             if ticket.deadline is not None and ticket.deadline <= now:
                 self._expire(ticket)
             if not ticket.future.done():
                 return True
-            self._items.popleft()
+            lane.popleft()
         return False
 
+    def _next_lane(self) -> bool | None:
+        """The lane the next batch comes from (``True``: bulk), or None when both are empty."""
+        queries, bulk = self._live_head(self._lanes[False]), self._live_head(self._lanes[True])
+        if bulk and (not queries or time.monotonic() - self._last_bulk >= BULK_TURN_S):
+            return True
+        return False if queries else None
+
     async def _next_batch(self) -> list[_Item]:
-        """Wait for texts, then until ``max_batch`` are queued or the oldest is due; then take
-        a batch by the policy (empty if every text left meanwhile)."""
-        while not self._live_head():
+        """Wait for texts, then until ``max_batch`` of the lane they are in are queued or the
+        oldest is due; then take a batch of the lane served next by the policy (empty if every
+        text left meanwhile)."""
+        while (bulk := self._next_lane()) is None:
             self._arrived.clear()
             await self._arrived.wait()
-        due = self._items[0].enqueued + self.max_wait_s
-        while self._queued < self.max_batch and (remaining := due - time.monotonic()) > 0:
+        due = self._lanes[bulk][0].enqueued + self.max_wait_s
+        while self._lane_depth(bulk) < self.max_batch and (remaining := due - time.monotonic()) > 0:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 break
+        bulk = self._next_lane()  # a query may have come while bulk texts were gathered
+        if bulk is None:
+            return []
+        lane = self._lanes[bulk]
         window: list[_Item] = []
-        while len(window) < self.window and self._live_head():
-            window.append(self._items.popleft())
+        while len(window) < self.window and self._live_head(lane):
+            window.append(lane.popleft())
         chosen = set(self._choose([item.length for item in window])) if window else set()
         batch = [item for position, item in enumerate(window) if position in chosen]
         left = [item for position, item in enumerate(window) if position not in chosen]
-        self._items.extendleft(reversed(left))
+        lane.extendleft(reversed(left))
         for item in batch:
             item.ticket.queued -= 1
         self._queued -= len(batch)
+        if bulk:
+            self._queued_bulk -= len(batch)
+            self._last_bulk = time.monotonic()
         self._metrics.queue_depth.set(self._queued)
         return batch
+
+    def _lane_depth(self, bulk: bool) -> int:
+        return self._queued_bulk if bulk else self._queued - self._queued_bulk
 
     def _choose(self, lengths: list[int]) -> list[int]:
         """Positions in the window (token counts ``lengths``, oldest first) of the batch."""

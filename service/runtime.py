@@ -271,7 +271,7 @@ class Runtime:
         models' rules."""
         with (await self.collection_named(collection, "write")).use() as hosted:
             doc_ids = self._checked_documents(ids, param)
-            encoded = await self.batcher.embed(texts)
+            encoded = await self.batcher.embed(texts, bulk=True)  # queries go first
             await self._store(hosted, doc_ids, texts, encoded.vectors, metadata)
         return doc_ids
 

@@ -35,7 +35,10 @@ def test_overload_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFac
             assert (
                 step["accepted"] + step["shed_429"] + step["transport_errors"] <= step["requests"]
             )
-    assert len(report["targets"]) == 5 * 2
+    assert len(report["targets"]) == 5 * 2 + 2  # and the storm's and the ingest flood's
+    assert sum(report["storm"]["statuses"].values()) > 0
+    flood = report["flood"]
+    assert flood["ingest_documents_per_s"] > 0 and flood["flooded"]["requests"] > 0
 
 
 def test_soak_smoke_run(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

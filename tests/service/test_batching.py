@@ -499,3 +499,59 @@ def test_a_small_window_is_fine_for_the_fifo_policy(
     monkeypatch.setenv("FRACTAL_BATCH_POLICY", "fifo")
     monkeypatch.setenv("FRACTAL_BATCH_WINDOW", "1")
     assert Settings(bundle_dir=tiny_bundle_dir).batch_window == 1
+
+
+async def test_queries_are_encoded_before_bulk_texts_that_came_first(
+    encoder: OnnxEncoder,
+) -> None:
+    gated = SteppedEncoder(encoder)
+    batcher = _batcher(gated, max_batch=4, max_depth=64)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["a document being stored"], bulk=True))
+    await until(lambda: gated.batch_sizes == [1])  # the encoder is busy with it
+    documents = [f"document number {i} of the ingest" for i in range(12)]
+    ingest = asyncio.create_task(batcher.embed(documents, bulk=True))
+    await until(lambda: batcher.depth == 12)
+    query = asyncio.create_task(batcher.embed(["where is my card"]))
+    await until(lambda: batcher.depth == 13)
+    gated.step()  # the running batch
+    await until(lambda: len(gated.batch_sizes) == 2)
+    assert gated.batch_sizes[1] == 1  # the query's batch, alone
+    # A query waits for the batch being encoded and for the queries ahead of it, not for
+    # the bulk texts queued before it; admission estimates its wait the same way.
+    per_text = batcher.estimated_wait_s()
+    assert per_text is not None and batcher.estimated_wait_s(bulk=True) == 13 * per_text
+    gated.step()
+    _assert_encodes(encoder, ["where is my card"], await query)
+    assert not ingest.done()
+    for _ in range(3):
+        gated.step()
+    _assert_encodes(encoder, documents, await ingest)
+    await running
+    assert gated.batch_sizes == [1, 1, 4, 4, 4]
+    await batcher.stop()
+
+
+async def test_bulk_texts_still_get_a_turn_under_a_stream_of_queries(
+    encoder: OnnxEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("service.batching.BULK_TURN_S", 0.0)
+    gated = SteppedEncoder(encoder)
+    batcher = _batcher(gated, max_batch=2, max_depth=64)
+    batcher.start()
+    running = asyncio.create_task(batcher.embed(["a query already running"]))
+    await until(lambda: gated.batch_sizes == [1])
+    ingest = asyncio.create_task(batcher.embed(["first document", "second document"], bulk=True))
+    queries = [asyncio.create_task(batcher.embed([f"query {i}"])) for i in range(4)]
+    await until(lambda: batcher.depth == 6)
+    gated.step()
+    await until(lambda: len(gated.batch_sizes) == 2)
+    # With the turn due at once, the bulk lane is served although queries wait.
+    gated.step()
+    await asyncio.wait_for(ingest, WAIT_S)
+    assert not any(query.done() for query in queries)
+    for _ in range(2):
+        gated.step()
+    await asyncio.gather(running, *queries)
+    assert gated.batch_sizes == [1, 2, 2, 2]
+    await batcher.stop()
