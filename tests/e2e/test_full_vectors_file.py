@@ -49,7 +49,12 @@ def test_restart_maps_the_file_and_a_corrupted_file_is_rebuilt(
 
     server = launch(tiny_bundle_dir, index_dir, **SETTINGS)
     with server.client() as client:
-        assert _recovery(client) == {"action": "mapped", "reason": None, "rows_written": 0}
+        assert _recovery(client) == {
+            "action": "mapped",
+            "reason": None,
+            "rows_written": 0,
+            "corrupt": [],
+        }
         assert _fine_hits(client) == before
     server.kill()
 
@@ -68,4 +73,9 @@ def test_restart_maps_the_file_and_a_corrupted_file_is_rebuilt(
 
     server = launch(tiny_bundle_dir, index_dir, **SETTINGS)
     with server.client() as client:
-        assert _recovery(client) == {"action": "mapped", "reason": None, "rows_written": 0}
+        assert _recovery(client) == {
+            "action": "mapped",
+            "reason": None,
+            "rows_written": 0,
+            "corrupt": [],
+        }

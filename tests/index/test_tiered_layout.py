@@ -57,8 +57,12 @@ def test_the_layout_builds_only_the_kinds_it_names(tmp_path: Path, rng: np.rando
     wide = collection.search(vectors[:20], 10, COARSE, "hnsw", ef_search=300).hits
     exact_coarse = [exact_top(vectors[:, :COARSE], names, v[:COARSE], 10) for v in vectors[:20]]
     recall = {
-        name: np.mean([len({h.id for h in row} & set(truth)) / 10
-                       for row, truth in zip(rows, exact_coarse, strict=True)])
+        name: np.mean(
+            [
+                len({h.id for h in row} & set(truth)) / 10
+                for row, truth in zip(rows, exact_coarse, strict=True)
+            ]
+        )
         for name, rows in (("narrow", narrow), ("wide", wide))
     }
     assert recall["wide"] == 1.0 and recall["narrow"] < recall["wide"]
@@ -88,7 +92,7 @@ def test_restart_maps_the_file_and_catches_up_from_the_log(
 
     reopened = open_tiered(tmp_path)
     recovery = reopened.stats().recovery["full_vectors"]
-    assert recovery == {"action": "mapped", "reason": None, "rows_written": 30}
+    assert recovery == {"action": "mapped", "reason": None, "rows_written": 30, "corrupt": ()}
     assert reopened.stats().documents == 228
     assert c2f(reopened, queries) == before
     assert c2f(reopened, later[:1])[0][0][0] == "late0"
@@ -170,8 +174,9 @@ def test_a_graph_built_over_many_rows_is_sq8_from_the_start(
     collection.snapshot()
     collection.close()
     params = HnswParams(storage="sq8", sq_train_size=500)
-    graph = Collection(tmp_path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()},
-                       hnsw=params)
+    graph = Collection(
+        tmp_path, DIM, (COARSE, DIM), layout={COARSE: ("hnsw",), DIM: ()}, hnsw=params
+    )
     stats = graph.stats().indexes["cosine-8-hnsw"]
     assert stats["trained"] and stats["bytes_per_vector"] == COARSE and stats["vectors"] == 600
     graph.close()
