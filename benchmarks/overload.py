@@ -220,6 +220,20 @@ def step_row(result: HeyResult, samples: list[tuple[float, int]], settings: Sett
     }
 
 
+def offered(base_url: str, request: HttpRequest, rate: float, settings: Settings) -> HeyResult:
+    """hey sending ``request`` at ``rate`` a second for ``step_seconds`` (one worker per
+    ``per_worker_rate``)."""
+    return run_hey(
+        base_url,
+        request,
+        rate,
+        settings.step_seconds,
+        workers_for(rate, settings.per_worker_rate),
+        settings.timeout_s,
+        settings.generator_cpus,
+    )
+
+
 def measure_endpoint(
     base_url: str,
     pid: int,
@@ -262,15 +276,7 @@ def measure_endpoint(
             workers = workers_for(rate, settings.per_worker_rate)
             with RssSampler(pid) as sampler:
                 started = time.perf_counter()
-                result = run_hey(
-                    base_url,
-                    request,
-                    rate,
-                    settings.step_seconds,
-                    workers,
-                    settings.timeout_s,
-                    cpus,
-                )
+                result = offered(base_url, request, rate, settings)
             row = {"multiple": multiple, **step_row(result, sampler.samples, settings)}
             # The load ended with the last request hey sent; it returns once every request
             # sent is answered, so recovery includes draining the service's backlog.
@@ -357,20 +363,7 @@ def ingest_flood(
 ) -> dict:
     """Coarse searches at ``flood_search_fraction`` of capacity, alone and beside the flood."""
     rate = settings.flood_search_fraction * capacity
-    workers = workers_for(rate, settings.per_worker_rate)
-
-    def searches() -> HeyResult:
-        return run_hey(
-            base_url,
-            request,
-            rate,
-            settings.step_seconds,
-            workers,
-            settings.timeout_s,
-            settings.generator_cpus,
-        )
-
-    alone = searches()
+    alone = offered(base_url, request, rate, settings)
     clients = [
         Flood(base_url, texts, settings.flood_batch, number * len(texts) // settings.flood_clients)
         for number in range(settings.flood_clients)
@@ -378,7 +371,7 @@ def ingest_flood(
     for client in clients:
         client.start()
     started = time.perf_counter()
-    flooded = searches()
+    flooded = offered(base_url, request, rate, settings)
     seconds = time.perf_counter() - started
     for client in clients:
         client.stopped.set()

@@ -97,6 +97,7 @@ class Checker:
         self.workload, self.ledger, self.clients = workload, ledger, clients
         self.index_dir, self.probes, self.rng = index_dir, probes, rng
         self.all_ids = [f"c{c}-{n}" for c in range(clients) for n in range(workload.ids_per_client)]
+        self.client_ids = set(self.all_ids)
 
     def check(self) -> CheckResult:
         result = CheckResult()
@@ -136,8 +137,7 @@ class Checker:
     ) -> None:
         everything = self.ledger.present_in(name)
         result.documents += len(everything)
-        clients = set(self.all_ids)
-        expected = {doc_id: s for doc_id, s in everything.items() if doc_id in clients}
+        expected = {doc_id: s for doc_id, s in everything.items() if doc_id in self.client_ids}
         lookup = http.post(f"{documents_path(name)}/lookup", json={"ids": self.all_ids})
         found = set(_json(lookup)["found"])
         for doc_id in sorted(found - set(expected)):
@@ -188,7 +188,7 @@ class Checker:
         self, http: httpx.Client, name: str, count: int, result: CheckResult
     ) -> None:
         expected = self.ledger.present_in(name)
-        ids = [doc_id for doc_id in expected if doc_id in set(self.all_ids)]
+        ids = [doc_id for doc_id in expected if doc_id in self.client_ids]
         if not ids:
             return
         chosen = self.rng.choice(len(ids), size=min(self.probes, len(ids)), replace=False)

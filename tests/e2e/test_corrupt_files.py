@@ -89,7 +89,15 @@ def test_a_corrupted_store_page_ends_the_start_with_one_error_line(
     )  # checkpointed at the graceful stop: the pages are in the file
     _flip_middle(store, PAGE)
 
-    env = service_environment(tiny_bundle_dir, index_dir, free_port(), **TEST_SETTINGS, **SETTINGS)
+    assert "is corrupt (" in _refused_start(tiny_bundle_dir, index_dir)
+
+
+def _refused_start(bundle: Path, index_dir: Path, **settings: str) -> str:
+    """Start ``python -m service`` on the folder; it must exit with status 2 and one
+    ``error:`` line, which is returned."""
+    env = service_environment(
+        bundle, index_dir, free_port(), **TEST_SETTINGS, **SETTINGS, **settings
+    )
     result = subprocess.run(
         [sys.executable, "-m", "service"],
         cwd=ROOT,
@@ -101,7 +109,7 @@ def test_a_corrupted_store_page_ends_the_start_with_one_error_line(
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
-    assert "is corrupt (" in lines[0]
+    return lines[0]
 
 
 def _fractal_check(index_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -126,15 +134,8 @@ def test_a_flipped_byte_in_a_stored_text_is_never_served_and_is_named(
     payload[at] ^= 0x20  # "note 123" → "Note 123": still text, SQLite's page check sees nothing
     store.write_bytes(bytes(payload))
 
-    env = service_environment(
-        tiny_bundle_dir, index_dir, free_port(), **TEST_SETTINGS, **SETTINGS, store_check="full"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "service"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
-    assert "'n123'" in lines[0] and "does not match its checksum" in lines[0]
+    line = _refused_start(tiny_bundle_dir, index_dir, store_check="full")
+    assert "'n123'" in line and "does not match its checksum" in line
 
     checked = _fractal_check(index_dir)
     assert checked.returncode == 1, checked.stderr
