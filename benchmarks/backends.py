@@ -67,6 +67,7 @@ from benchmarks.filters import BUCKETS, bucket_filter, buckets
 from benchmarks.harness.labelled_mixture import LabelledMixture, LabelledVectors, toy_labelled
 from benchmarks.harness.machine import load_average
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
+from benchmarks.harness.processes import MilvusServer
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from benchmarks.harness.search_measure import faiss_threads, first_reaching, recall_at_k
 from bundle import Manifest, load_bundle
@@ -76,7 +77,6 @@ from index.catalog import catalog_for
 from index.filters import Filter
 from index.vectors import prefix_unit, unit_rows
 from service.settings import Settings as ServiceSettings
-from support.processes import MilvusServer
 
 K = 10
 BACKENDS = ("embedded", "milvus")

@@ -32,9 +32,9 @@ import httpx
 import numpy as np
 
 from benchmarks.harness.markdown import markdown_table
+from benchmarks.harness.metrics import Samples, metric_samples, metric_total
+from benchmarks.harness.processes import RedisServer, live_service
 from benchmarks.harness.runner import Progress, bundle_folder, option
-from support.metrics import Samples, metric_samples, metric_total
-from support.processes import RedisServer, live_service
 from training.data.registry import load_dataset
 
 DIMS = 64

@@ -54,9 +54,9 @@ from benchmarks.harness.crash_checks import Checker
 from benchmarks.harness.crash_clients import CrashClient, Workload
 from benchmarks.harness.crash_ledger import DEFAULT, Ledger, Stored, vector_hash
 from benchmarks.harness.markdown import markdown_table, targets_table
+from benchmarks.harness.processes import MilvusServer, ProcessFailed, ServiceProcess, start_service
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from index.integrity import collection_folders
-from support.processes import MilvusServer, ProcessFailed, ServiceProcess, start_service
 
 VARIANTS: dict[str, dict[str, str]] = {
     "flat": {

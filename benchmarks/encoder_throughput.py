@@ -71,15 +71,15 @@ from benchmarks.harness.fastembed_minilm import (
 from benchmarks.harness.live_load import WORKLOADS, server_means, workload_requests
 from benchmarks.harness.machine import cpu_flags, load_average
 from benchmarks.harness.markdown import bullet_list, markdown_table
+from benchmarks.harness.metrics import metric_samples
 from benchmarks.harness.paragraphs import paragraphs
+from benchmarks.harness.processes import start_service
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option, yes_no
 from benchmarks.harness.served_runtime import ServedRuntime
 from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import TOKENIZER_FILE, load_bundle
 from encoding.encoder import OnnxEncoder
 from service.settings import Settings as ServiceSettings
-from support.metrics import metric_samples
-from support.processes import start_service
 from training.data.registry import data_dir, load_dataset
 from training.evaluation.knn import knn_accuracy_table
 from training.frozen_encoder import default_model_dir

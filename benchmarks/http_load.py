@@ -72,9 +72,9 @@ from benchmarks.harness.live_load import (
     served_corpus,
 )
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
+from benchmarks.harness.processes import ServiceProcess
 from benchmarks.harness.runner import Progress, option
-from support.client import FractalClient
-from support.processes import ServiceProcess
+from client import FractalClient
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def recall(client: FractalClient, queries: Sequence[str], settings: Settings) ->
 
     def hit_ids(**options: str) -> list[set[str]]:
         results = client.search_batch(queries, batch_size=64, k=settings.k, **options)
-        return [{hit["id"] for hit in result["hits"]} for result in results]
+        return [set(result.ids) for result in results]
 
     exact = {g: hit_ids(granularity=g, index="exact") for g in ("coarse", "fine")}
     return {

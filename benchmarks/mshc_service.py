@@ -14,15 +14,15 @@ test utterances as queries; a hit is relevant when its intent is the query's. Wr
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
+from benchmarks.harness.processes import live_service
 from benchmarks.harness.runner import Progress, bundle_folder, option
-from support.client import FractalClient
-from support.processes import live_service
+from client import FractalClient, SearchResult
 from training.data.registry import load_dataset
 
 K = 10
@@ -34,15 +34,17 @@ ROUTES = {
     # The PQ shortlist at the prefix the bundle's codebooks are for, whatever the bundle's
     # measured shortlist prefix (which the service would otherwise shortlist at).
     f"pq 96-d shortlist {K * C2F_FACTOR} + exact re-rank 384-d": {
-        "index": "pq", "rerank": "c2f", "shortlist_dim": 96
+        "index": "pq",
+        "rerank": "c2f",
+        "shortlist_dim": 96,
     },
 }
 
 
-def mrr_at_k(results: list[dict], query_intents: list[str]) -> float:
+def mrr_at_k(results: list[SearchResult], query_intents: list[str]) -> float:
     ranks = []
     for result, intent in zip(results, query_intents, strict=True):
-        hits = [hit["metadata"]["intent"] == intent for hit in result["hits"][:K]]
+        hits = [hit.metadata["intent"] == intent for hit in result.hits[:K]]
         ranks.append(1.0 / (hits.index(True) + 1) if True in hits else 0.0)
     return float(np.mean(ranks))
 
@@ -80,15 +82,23 @@ def run(settings: Settings, progress: Progress) -> dict:
                 for name, options in ROUTES.items()
             }
             info = client.info()
-    exact_ids = [{hit["id"] for hit in r["hits"]} for r in results["exact 384-d"]]
+    exact_ids = [set(r.ids) for r in results["exact 384-d"]]
     rows = []
     for name, found in results.items():
-        recall = np.mean([
-            len(truth & {hit["id"] for hit in r["hits"]}) / len(truth)
-            for truth, r in zip(exact_ids, found, strict=True)
-        ])
-        rows.append({"search": name, "mrr_at_10": mrr_at_k(found, query_intents),
-                     "recall_at_10_vs_exact_384": float(recall), "route": found[0]["route"]})
+        recall = np.mean(
+            [
+                len(truth & set(r.ids)) / len(truth)
+                for truth, r in zip(exact_ids, found, strict=True)
+            ]
+        )
+        rows.append(
+            {
+                "search": name,
+                "mrr_at_10": mrr_at_k(found, query_intents),
+                "recall_at_10_vs_exact_384": float(recall),
+                "route": asdict(found[0].route),
+            }
+        )
     full = rows[0]["mrr_at_10"]
     for row in rows:
         row["relative_mrr"] = row["mrr_at_10"] / full
@@ -99,8 +109,17 @@ def run(settings: Settings, progress: Progress) -> dict:
         "c2f_factor": C2F_FACTOR,
         "rows": rows,
         "indexes": [
-            {key: index[key] for key in ("dimension", "kind", "vectors", "bytes",
-                                         "bytes_per_vector", "codebooks")}
+            {
+                key: index[key]
+                for key in (
+                    "dimension",
+                    "kind",
+                    "vectors",
+                    "bytes",
+                    "bytes_per_vector",
+                    "codebooks",
+                )
+            }
             for index in info["indexes"]
         ],
         "targets": [],
@@ -116,13 +135,19 @@ def markdown(record: dict) -> str:
         "",
         "| search | MRR@10 | relative to exact 384-d | recall@10 vs exact 384-d |",
         "|---|---|---|---|",
-        *(f"| {r['search']} | {r['mrr_at_10']:.4f} | {100 * r['relative_mrr']:.1f}% | "
-          f"{r['recall_at_10_vs_exact_384']:.3f} |" for r in record["rows"]),
+        *(
+            f"| {r['search']} | {r['mrr_at_10']:.4f} | {100 * r['relative_mrr']:.1f}% | "
+            f"{r['recall_at_10_vs_exact_384']:.3f} |"
+            for r in record["rows"]
+        ),
         "",
         "| index | dim | vectors | bytes per vector | codebooks | index bytes |",
         "|---|---|---|---|---|---|",
-        *(f"| {i['kind']} | {i['dimension']} | {i['vectors']} | {i['bytes_per_vector']} | "
-          f"{i['codebooks'] or '—'} | {i['bytes']} |" for i in record["indexes"]),
+        *(
+            f"| {i['kind']} | {i['dimension']} | {i['vectors']} | {i['bytes_per_vector']} | "
+            f"{i['codebooks'] or '—'} | {i['bytes']} |"
+            for i in record["indexes"]
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -39,11 +39,11 @@ import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
+from benchmarks.harness.processes import live_service
 from benchmarks.harness.router_decisions import decisions
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import COARSE, load_bundle
-from support.client import FractalClient
-from support.processes import live_service
+from client import FractalClient, SearchResult
 from training.bundle_embeddings import onnx_embeddings
 from training.data.registry import load_dataset
 from training.evaluation.knn import knn_accuracy_table, normalize_prefix, prefix_neighbours
@@ -218,21 +218,16 @@ def live_c2f(settings: Settings, progress: Progress) -> dict:
             )
             info = client.info()
 
-    def recall(results: list[dict]) -> float:
+    def recall(results: list[SearchResult]) -> float:
         return float(
-            np.mean(
-                [
-                    len({h["id"] for h in a["hits"]} & {h["id"] for h in e["hits"]}) / K
-                    for a, e in zip(results, exact, strict=True)
-                ]
-            )
+            np.mean([len(set(a.ids) & set(e.ids)) / K for a, e in zip(results, exact, strict=True)])
         )
 
     return {
         "documents": len(documents),
         "queries": len(queries),
-        "shortlist_k": c2f[0]["route"]["shortlist_k"],
-        "shortlist_dim": c2f[0]["route"]["shortlist_dimension"],
+        "shortlist_k": c2f[0].route.shortlist_k,
+        "shortlist_dim": c2f[0].route.shortlist_dimension,
         "info_shortlist_dim": info["resolutions"]["shortlist_dim"],
         "recall_at_shortlist": recall(c2f),
         "coarse_dim": manifest.coarse_dim,

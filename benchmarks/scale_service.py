@@ -49,14 +49,14 @@ from matplotlib.figure import Figure
 from benchmarks.harness.markdown import bullet_list, markdown_table
 from benchmarks.harness.process_cpu import cpu_seconds
 from benchmarks.harness.process_memory import status_bytes
+from benchmarks.harness.processes import RedisServer, ServiceProcess, start_service
 from benchmarks.harness.runner import Progress, bundle_folder, int_list, option, yes_no
 from benchmarks.harness.wrk import HttpRequest, run_wrk
 from benchmarks.scale import KEPT_RECORD
 from bundle import load_bundle
+from client import FractalClient
 from index.catalog import catalog_for
 from service.settings import Settings as ServiceSettings
-from support.client import FractalClient
-from support.processes import RedisServer, ServiceProcess, start_service
 from training.data.registry import load_dataset
 
 K = 10

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness.clinc_documents import labelled_documents
+from benchmarks.harness.processes import live_service
 from benchmarks.harness.runner import Progress, bundle_folder, option
 from bundle import COARSE, FINE
-from support.client import FractalClient
-from support.processes import live_service
+from client import FractalClient, SearchResult
 from training.data.registry import load_dataset
 from training.evaluation.mixed_queries import join_queries
 
@@ -107,29 +107,29 @@ def run(settings: Settings, progress: Progress) -> dict:
                     queries, k=K, granularity="fine", index="exact", rerank="c2f"
                 )
 
-    def ids(result: dict) -> set[str]:
-        return {hit["id"] for hit in result["hits"]}
+    def ids(result: SearchResult) -> set[str]:
+        return set(result.ids)
 
     same_domain = [
-        [hit["metadata"]["domain"] == domain for hit in result["hits"]]
+        [hit.metadata["domain"] == domain for hit in result.hits]
         for result, domain in zip(coarse, query_domains, strict=True)
     ]
 
-    def recall(approx: list[dict]) -> float:
+    def recall(approx: list[SearchResult]) -> float:
         pairs = zip(approx, exact, strict=True)
         return float(np.mean([len(ids(a) & ids(e)) / K for a, e in pairs]))
 
-    picked_fine = np.mean([r["route"]["granularity"] == "fine" for r in auto_fine])
-    picked_coarse = np.mean([r["route"]["granularity"] == "coarse" for r in auto_coarse])
+    picked_fine = np.mean([r.route.granularity == "fine" for r in auto_fine])
+    picked_coarse = np.mean([r.route.granularity == "coarse" for r in auto_coarse])
     record = {
         "bundle": str(bundle),
         "bundle_objective": info.get("manifest", {}).get("objective"),
         "documents": len(documents),
         "queries": len(queries),
         "ingest_seconds": ingest_seconds,
-        "coarse_dimension": coarse[0]["route"]["dimension"],
-        "fine_dimension": exact[0]["route"]["dimension"],
-        "c2f_shortlist_dimension": c2f[C2F_FACTORS[0]][0]["route"]["shortlist_dimension"],
+        "coarse_dimension": coarse[0].route.dimension,
+        "fine_dimension": exact[0].route.dimension,
+        "c2f_shortlist_dimension": c2f[C2F_FACTORS[0]][0].route.shortlist_dimension,
         "coarse_hit_domain_precision": float(np.mean([np.mean(row) for row in same_domain])),
         "coarse_all_ten_same_domain": float(np.mean([all(row) for row in same_domain])),
         "c2f_recall_at_10": {factor: recall(results) for factor, results in c2f.items()},

@@ -70,10 +70,10 @@ from benchmarks.harness.live_load import (
     served_corpus,
 )
 from benchmarks.harness.markdown import bullet_list, bullet_sections, markdown_table
+from benchmarks.harness.processes import ServiceProcess
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, bundle_folder, option
 from bundle import load_bundle
-from support.client import FractalClient
-from support.processes import ServiceProcess
+from client import FractalClient
 from training.data.registry import load_dataset
 
 FP32, INT8 = "fp32", "int8"

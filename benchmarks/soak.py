@@ -55,11 +55,11 @@ from benchmarks.harness.live_load import (
     workload_requests,
 )
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
+from benchmarks.harness.metrics import Samples, metric, metric_samples, metric_total
 from benchmarks.harness.process_memory import status_bytes
+from benchmarks.harness.processes import RedisServer
 from benchmarks.harness.runner import Progress, option, yes_no
 from benchmarks.harness.wrk import run_wrk
-from support.metrics import Samples, metric, metric_samples, metric_total
-from support.processes import RedisServer
 
 MIB = 2**20
 MIX = {"coarse": 0.4, "fine": 0.2, "c2f": 0.2, "embed": 0.2}

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from bulk.errors import BulkError
 
 if TYPE_CHECKING:
-    from support.client import FractalClient
+    from client import FractalClient
 
 DatasetDocuments = Callable[[str, str, int | None], list[dict]]
 """``fractal ingest --dataset``'s source: a dataset name, its split (``train`` or ``test``) and
@@ -82,7 +82,7 @@ def _ready_client(args: argparse.Namespace) -> FractalClient:
     import httpx
 
     from bulk.ingest import prepare_collection
-    from support.client import FractalClient, RequestRefused
+    from client import FractalClient, RequestRefused
 
     client = FractalClient(args.url, api_key=args.api_key, collection=args.collection)
     try:
@@ -119,22 +119,17 @@ def _ready_client(args: argparse.Namespace) -> FractalClient:
 
 def _ingest_dataset(args: argparse.Namespace, dataset_documents: DatasetDocuments) -> None:
     """Send a dataset split to a running service as documents (a demo corpus)."""
-    from tqdm.auto import tqdm
-
-    from support.client import RequestRefused
+    from client import RequestRefused
 
     dataset, split = args.dataset or "clinc150", args.split or "train"
     documents = dataset_documents(dataset, split, args.max_texts)
-    with (
-        _ready_client(args) as client,
-        tqdm(total=len(documents), desc="ingest", unit="doc", disable=args.no_progress) as bar,
-    ):
+    with _ready_client(args) as client:
         try:
             client.add_documents(
                 documents,
                 batch_size=args.batch_size,
                 concurrency=args.concurrency,
-                progress=bar.update,
+                progress=not args.no_progress,
             )
         except RequestRefused as refused:
             raise BulkError(f"the service refused a batch: {refused}") from None
@@ -155,7 +150,7 @@ def _ingest_file(args: argparse.Namespace) -> int:
 
     from bulk.corpus import Columns, place, row_unit
     from bulk.ingest import IngestOptions, ingest_corpus, open_corpus
-    from support.client import RequestRefused
+    from client import RequestRefused
 
     columns = Columns(args.id_column or "id", args.text_column or "text", args.metadata_columns)
     options = IngestOptions(

@@ -2,7 +2,7 @@
 
 The corpus is read by :func:`bulk.corpus.read_rows` (JSONL, CSV/TSV or Parquet; an id column is
 required) and sent in windows of whole batches, through the shared
-:class:`~support.client.FractalClient` (batched, ``concurrency`` batches in flight, 429 retried
+:class:`~client.FractalClient` (batched, ``concurrency`` batches in flight, 429 retried
 after ``Retry-After``). Every row ends in exactly one of three counts:
 
 - **stored**: acknowledged by the service (committed to its store before the answer);
@@ -11,7 +11,7 @@ after ``Retry-After``). Every row ends in exactly one of three counts:
   not an object, a missing or empty id or text, metadata that is not an object…); a later row
   with an id an earlier row of the file has (the first one wins); a row whose request body JSON
   cannot carry (NaN or infinity in the metadata, a lone surrogate); and a row the service
-  refuses with 422, found by narrowing the refused batch down (see :mod:`support.client`) while
+  refuses with 422, found by narrowing the refused batch down (see :mod:`client`) while
   the rest of the batch is stored.
 
 An interrupted run loses nothing acknowledged; rerunning it with ``resume`` sends only the rows
@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from bulk.corpus import BadRow, Columns, Record, corpus_format, read_rows, row_unit
 from bulk.errors import BulkError
-from support.client import LOOKUP_BATCH, FractalClient, RequestRefused
+from client import LOOKUP_BATCH, FractalClient, RequestRefused
 
 INGEST_FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
@@ -100,8 +100,7 @@ def prepare_collection(
     collection meanwhile is not an error. ``RequestRefused`` if the service refuses to list its
     collections."""
     url = str(client.http.base_url).rstrip("/")
-    listed = client.request("GET", "/collections").json()["collections"]
-    kinds_of = {collection["name"]: collection["index_kinds"] for collection in listed}
+    kinds_of = {collection.name: collection.index_kinds for collection in client.collections()}
     existing = kinds_of.get(name)
     if existing is not None:
         if index_kinds is not None and index_kinds != existing:
@@ -116,18 +115,15 @@ def prepare_collection(
             f"the service at {url} has no collection {name!r} (it has {', '.join(kinds_of)}): "
             "add --create to create it, or create it with POST /collections"
         )
-    body: dict[str, object] = {"name": name}
-    if index_kinds is not None:
-        body["index_kinds"] = index_kinds
     try:
-        created = client.request("POST", "/collections", json=body).json()
+        created = client.create_collection(name, index_kinds=index_kinds)
     except RequestRefused as refused:
         if refused.status_code == 409:  # created meanwhile, by another client
             return prepare_collection(client, name, False, index_kinds)
         raise BulkError(
             f"the service at {url} cannot create the collection {name!r}: {refused.message}"
         ) from None
-    return list(created["index_kinds"])
+    return created.index_kinds
 
 
 def _unsendable(document: dict) -> str | None:
@@ -174,7 +170,7 @@ def ingest_corpus(
                     records.append(item)
             bar.update(len(part) - len(records))
             if options.resume and records:
-                stored = client.stored_ids([record.id for record in records])
+                stored = client.lookup([record.id for record in records])
                 summary.skipped += len(stored)
                 bar.update(len(stored))
                 records = [record for record in records if record.id not in stored]

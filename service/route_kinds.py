@@ -25,6 +25,7 @@ from service.routes import (
     documents,
     embed,
     openai_compat,
+    playground,
     route_kind,
     search,
     system,
@@ -39,6 +40,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     search.router,
     system.router,
     documents.collection_router,
+    playground.router,
 )
 
 

@@ -189,6 +189,11 @@ class Settings(StorageSettings):
     )
     public_health: bool = Field(True, description="/health and /ready answer without a key")
     public_metrics: bool = Field(True, description="/metrics answers without a key")
+    public_playground: bool = Field(
+        True,
+        description="/ui, the playground page, answers without a key (the page holds no data; "
+        "its own requests carry the key typed into it)",
+    )
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1, description="request body limit (413 above it, before parsing)"
     )

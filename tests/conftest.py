@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.processes import MilvusServer, RedisServer
+from benchmarks.harness.processes import MilvusServer, RedisServer
 from tests.servers import start_milvus, start_redis
 from tests.service.bundles import identity_bundle, v5_bundle
 from tests.tiny_bundle import build_tiny_bundle

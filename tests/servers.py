@@ -1,6 +1,6 @@
 """Real servers for the tests: the service, Redis and Prometheus on free loopback ports.
 
-The launchers themselves are :mod:`support.processes` (shared with the benchmarks and the CLI);
+The launchers themselves are :mod:`benchmarks.harness.processes` (shared with the benchmarks);
 this module adds what only tests want: a missing binary fails the test under CI (``CI=true``,
 where ``.ci/run`` installs it) and skips it elsewhere; the service starts with the test settings
 (snapshots only at shutdown, one encoder thread); and a Prometheus server, which only the
@@ -19,7 +19,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from support.processes import (
+from benchmarks.harness.processes import (
     INSTALL,
     MILVUS_INSTALL,
     LoopbackServer,

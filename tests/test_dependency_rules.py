@@ -1,10 +1,10 @@
 """The dependency rules of ``docs/architecture.md``: every module's imports, read from its source
 (module level and inside functions alike), go only where its package may go.
 
-- ``bundle`` and ``support`` import no other package of the project;
+- ``bundle`` and ``client`` import no other package of the project;
 - ``encoding`` and ``index`` only ``bundle``;
 - ``service`` only ``bundle``, ``encoding`` and ``index``;
-- ``bulk`` only ``bundle``, ``encoding``, ``index`` and ``support``;
+- ``bulk`` only ``bundle``, ``encoding``, ``index`` and ``client``;
 - ``training`` anything but ``service``.
 """
 
@@ -14,16 +14,16 @@ import ast
 
 import pytest
 
-from support.processes import ROOT
+from benchmarks.harness.processes import ROOT
 
-PROJECT = ("bundle", "bulk", "encoding", "index", "service", "support", "training")
+PROJECT = ("bundle", "bulk", "client", "encoding", "index", "service", "training")
 ALLOWED = {
     "bundle": set(),
-    "support": set(),
+    "client": set(),
     "encoding": {"bundle"},
     "index": {"bundle"},
     "service": {"bundle", "encoding", "index"},
-    "bulk": {"bundle", "encoding", "index", "support"},
+    "bulk": {"bundle", "client", "encoding", "index"},
     "training": set(PROJECT) - {"service", "training"},
 }
 

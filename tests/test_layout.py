@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
-from support.processes import ROOT
+from benchmarks.harness.processes import ROOT
 
 PAGE = ROOT / "docs" / "architecture.md"
-PACKAGES = ("bundle", "bulk", "encoding", "index", "service", "support", "training")
+PACKAGES = ("bundle", "bulk", "client", "encoding", "index", "service", "training")
 """The Python packages whose every module the map names (and their subpackages)."""
 TOP_LEVEL = ("benchmarks/", "docker/", "docker-compose.yml", "docs/", "openapi/", "tests/")
 

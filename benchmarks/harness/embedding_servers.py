@@ -40,10 +40,10 @@ from benchmarks.harness.live_load import (
     openai_workload,
 )
 from benchmarks.harness.markdown import markdown_table
+from benchmarks.harness.processes import MissingBinary, ProcessFailed, start_service
 from benchmarks.harness.runner import Progress, option, yes_no
 from bundle import load_bundle
-from support.client import FractalClient
-from support.processes import MissingBinary, ProcessFailed, start_service
+from client import FractalClient
 
 
 @dataclass(frozen=True)

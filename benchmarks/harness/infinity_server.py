@@ -32,7 +32,7 @@ from typing import ClassVar
 import httpx
 import numpy as np
 
-from support.processes import (
+from benchmarks.harness.processes import (
     ROOT,
     LoopbackServer,
     MissingBinary,

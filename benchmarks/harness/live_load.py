@@ -38,7 +38,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
+from benchmarks.harness.metrics import Samples, metric_samples, metric_total
 from benchmarks.harness.process_cpu import cpu_seconds
+from benchmarks.harness.processes import ServiceProcess, start_service
 from benchmarks.harness.runner import (
     DEFAULT_BUNDLE,
     Progress,
@@ -50,10 +52,8 @@ from benchmarks.harness.runner import (
 from benchmarks.harness.search_data import real_sentences
 from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import load_bundle
+from client import FractalClient
 from encoding.encoder import OnnxEncoder
-from support.client import FractalClient
-from support.metrics import Samples, metric_samples, metric_total
-from support.processes import ServiceProcess, start_service
 from training.data.registry import data_dir
 
 MS = 1000.0

@@ -28,7 +28,7 @@ class FromAttributes(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-PublicSetting = Literal["public_health", "public_metrics"]
+PublicSetting = Literal["public_health", "public_metrics", "public_playground"]
 
 
 @dataclass(frozen=True)

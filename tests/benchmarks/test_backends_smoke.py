@@ -11,7 +11,7 @@ import faiss
 import pytest
 
 from benchmarks import backends
-from support.processes import MILVUS_INSTALL
+from benchmarks.harness.processes import MILVUS_INSTALL
 from tests.benchmarks.smoke import run_smoke
 from tests.servers import require_binary
 from tests.tiny_bundle import build_tiny_bundle

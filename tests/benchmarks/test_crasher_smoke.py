@@ -16,7 +16,7 @@ from benchmarks import crasher
 from benchmarks.harness.crash_checks import Checker
 from benchmarks.harness.crash_clients import Workload
 from benchmarks.harness.crash_ledger import DEFAULT, Ledger, Stored, vector_hash
-from support.processes import live_service
+from benchmarks.harness.processes import live_service
 from tests.benchmarks.smoke import run_smoke
 
 

@@ -18,9 +18,9 @@ from benchmarks.harness.infinity_server import (
     infinity_binary,
     start_infinity,
 )
+from benchmarks.harness.processes import MissingBinary
 from benchmarks.harness.runner import Progress
 from benchmarks.http_load import SMOKE
-from support.processes import MissingBinary
 from tests.service.bundles import v5_bundle
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bulk.errors import BulkError
 from bulk.ingest import prepare_collection
-from support.client import FractalClient, RequestRefused
+from client import FractalClient, RequestRefused
 
 DEFAULT = {"name": "default", "default": True, "index_kinds": ["hnsw", "exact"], "documents": 0}
 
@@ -65,6 +65,6 @@ def test_another_creation_meanwhile_with_other_kinds_is_refused() -> None:
 
 
 def test_a_listing_the_service_refuses_is_its_refusal() -> None:
-    unready = {"error": {"type": "not_ready", "message": "the service is not ready"}}
+    wrong_key = {"error": {"type": "unauthorized", "message": "the API key is not valid"}}
     with pytest.raises(RequestRefused):
-        prepare_collection(_client([httpx.Response(503, json=unready)], []), "news", True, None)
+        prepare_collection(_client([httpx.Response(401, json=wrong_key)], []), "news", True, None)

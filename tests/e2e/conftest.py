@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.processes import ServiceProcess
+from benchmarks.harness.processes import ServiceProcess
 from tests.servers import start_server
 
 

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.processes import ROOT
+from benchmarks.harness.processes import ROOT
 
 MOUNT_TIMEOUT_S = 10.0
 NAMESPACES = (

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.harness.processes import ROOT, ServiceProcess, service_environment
 from bulk.corpus import Columns
 from bulk.embed import EmbedOptions, embed_corpus
-from support.processes import ROOT, ServiceProcess, service_environment
 from tests.bulk.helpers import write_jsonl
 from tests.servers import GRACEFUL_EXITS
 from tests.service.bundles import clinc

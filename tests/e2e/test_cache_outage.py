@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from support.metrics import metric, metric_samples
-from support.processes import RedisServer, ServiceProcess, wait_until
+from benchmarks.harness.metrics import metric, metric_samples
+from benchmarks.harness.processes import RedisServer, ServiceProcess, wait_until
 
 QUERIES = [f"what is the balance of account number {number}" for number in range(40)]
 REQUESTS = 400

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from benchmarks.harness.processes import ROOT
 from service.settings import Settings
-from support.processes import ROOT
 from tests.servers import require_binary
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from support.processes import ServiceProcess
+from benchmarks.harness.processes import ServiceProcess
 
 DEFAULT_SEED = "20261124"
 """The seed CI fuzzes with, so that a red run is a reproducible finding, not luck of the draw;

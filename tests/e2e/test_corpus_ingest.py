@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from support.client import FractalClient
-from support.processes import ROOT, ServiceProcess
+from benchmarks.harness.processes import ROOT, ServiceProcess
+from client import FractalClient
 from tests.bulk.helpers import assert_one_error, run_cli
 from tests.servers import GRACEFUL_EXITS, start_server
 
@@ -69,8 +69,8 @@ def _check_store(service: ServiceProcess) -> None:
     """Every good row is stored once, with its text and metadata; no bad row is."""
     assert _documents(service) == len(GOOD_IDS)
     with FractalClient(service.base_url) as client:
-        assert client.stored_ids(GOOD_IDS) == set(GOOD_IDS)
-        assert client.stored_ids(["doc-16", "doc-511", "doc-9000"]) == set()
+        assert client.lookup(GOOD_IDS) == set(GOOD_IDS)
+        assert client.lookup(["doc-16", "doc-511", "doc-9000"]) == set()
         for i in (0, 15, 17, 4_999, ROWS - 1):
             stored = client.request("GET", f"/documents/doc-{i}").json()
             assert stored == _document(i)
@@ -195,7 +195,7 @@ def test_csv_tsv_and_parquet_corpora_with_their_own_column_names(
     with FractalClient(server.base_url) as client:
         for doc_id, metadata in expected.items():
             assert client.request("GET", f"/documents/{doc_id}").json()["metadata"] == metadata
-        assert client.stored_ids(["a", "b", "c"]) == {"a", "c"}
+        assert client.lookup(["a", "b", "c"]) == {"a", "c"}
 
 
 def test_rows_the_service_or_json_refuse_are_found_in_their_batch(

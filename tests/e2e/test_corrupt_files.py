@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from support.processes import ROOT, ServiceProcess, free_port, service_environment
+from benchmarks.harness.processes import ROOT, ServiceProcess, free_port, service_environment
 from tests.servers import GRACEFUL_EXITS, TEST_SETTINGS
 
 SETTINGS = {"index_kinds": "hnsw"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.processes import ServiceProcess, wait_until
+from benchmarks.harness.processes import ServiceProcess, wait_until
 from tests.e2e.private_disk import PrivateDisk, PrivateDiskUnavailable
 from tests.servers import GRACEFUL_EXITS
 

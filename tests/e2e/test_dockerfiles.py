@@ -10,7 +10,7 @@ import re
 import pytest
 from packaging.requirements import Requirement
 
-from support.processes import ROOT
+from benchmarks.harness.processes import ROOT
 
 GPU_DOCKERFILE = ROOT / "docker" / "Dockerfile.gpu"
 PYPROJECT = ROOT / "pyproject.toml"

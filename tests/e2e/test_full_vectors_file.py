@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.processes import ServiceProcess
 from index.embedded.vector_file import VectorFile
-from support.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
 
 SETTINGS = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from support.processes import ServiceProcess, wait_until
+from benchmarks.harness.processes import ServiceProcess, wait_until
 
 GRACE_S = 15
 IN_FLIGHT = 3

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from support.processes import ROOT, ServiceProcess
+from benchmarks.harness.processes import ROOT, ServiceProcess
 
 KEY = "healthcheck-key-0123456789"
 

@@ -21,8 +21,8 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.documents import Document  # noqa: E402
 
-from support.client import FractalClient, RequestRefused  # noqa: E402
-from support.langchain_store import FractalEmbeddings, FractalVectorStore  # noqa: E402
+from client import FractalClient, RequestRefused  # noqa: E402
+from client.langchain_store import FractalEmbeddings, FractalVectorStore  # noqa: E402
 from tests.servers import start_server  # noqa: E402
 from tests.tiny_bundle import DIM  # noqa: E402
 

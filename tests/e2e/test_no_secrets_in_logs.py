@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.harness.metrics import metric, metric_samples
+from benchmarks.harness.processes import RedisServer, ServiceProcess
 from service.access import RELOAD_INTERVAL_S
-from support.metrics import metric, metric_samples
-from support.processes import RedisServer, ServiceProcess
 from tests.servers import start_milvus
 
 KEY = "e2e-api-key-0123456789abcdef"

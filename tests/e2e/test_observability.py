@@ -14,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
-from support.metrics import metric, metric_samples
-from support.processes import ROOT, ServiceProcess, wait_until
+from benchmarks.harness.metrics import metric, metric_samples
+from benchmarks.harness.processes import ROOT, ServiceProcess, wait_until
 from tests.servers import PrometheusServer, start_redis, start_server
 
 SCRAPE_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"

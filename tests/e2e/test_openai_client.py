@@ -12,8 +12,8 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
+from benchmarks.harness.processes import ServiceProcess
 from bundle import load_bundle
-from support.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
 
 MODEL = "clinc150-v5-small"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from support.metrics import Samples, metric, metric_samples
-from support.processes import RedisServer, ServiceProcess
+from benchmarks.harness.metrics import Samples, metric, metric_samples
+from benchmarks.harness.processes import RedisServer, ServiceProcess
 
 BATCH = 8
 WORKERS = 3 * BATCH

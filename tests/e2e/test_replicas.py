@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.metrics import metric_samples, metric_total
-from support.processes import MilvusServer, ServiceProcess
+from benchmarks.harness.metrics import metric_samples, metric_total
+from benchmarks.harness.processes import MilvusServer, ServiceProcess
 from tests.servers import GRACEFUL_EXITS, start_milvus, start_server
 
 Replicas = Callable[[str], tuple[ServiceProcess, ServiceProcess]]

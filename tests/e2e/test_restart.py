@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.processes import ServiceProcess
+from benchmarks.harness.processes import ServiceProcess
 from tests.servers import GRACEFUL_EXITS
 from tests.service.bundles import clinc
 

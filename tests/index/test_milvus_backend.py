@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from benchmarks.harness.processes import MilvusServer
 from index import Collection
 from index.backend import DocumentRefused
 from index.filters import parse_filter
 from index.milvus import MilvusCollection, MilvusConnection
-from support.processes import MilvusServer
 
 DIM, PREFIXES, FRAGMENT = 64, (16, 32, 64), 8
 LAYOUT = {16: ("exact", "hnsw"), 32: ("exact", "hnsw"), 64: ("exact", "hnsw")}

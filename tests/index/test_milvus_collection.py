@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from benchmarks.harness.processes import MilvusServer
 from index.backend import DocumentRefused
 from index.filters import parse_filter
 from index.milvus import MilvusCollection, MilvusConnection
 from index.milvus import params as milvus_backend
 from index.vectors import prefix_unit, unit_rows
-from support.processes import MilvusServer
 
 DIM = 32
 SHORTLIST_DIM = 8

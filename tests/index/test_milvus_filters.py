@@ -27,6 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from benchmarks.harness.processes import MilvusServer
 from index.embedded.store import Store
 from index.filters import (
     MAX_CONDITIONS,
@@ -51,7 +52,6 @@ from index.milvus.filters import (
     string_token,
 )
 from index.types import Document
-from support.processes import MilvusServer
 
 DEFAULT_SEED = "1717"
 RANDOM_DOCUMENTS = 300

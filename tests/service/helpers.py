@@ -10,13 +10,13 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from client import FractalClient
 from index.catalog import COLLECTIONS_DIR, milvus_collection_name
 from index.milvus import MilvusConnection
 from index.milvus.opening import id_of
 from service.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
-from support.client import FractalClient
 
 
 def make_settings(bundle_dir: Path, index_dir: Path, **overrides: Any) -> Settings:

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from benchmarks.harness.metrics import metric, metric_samples
+from benchmarks.harness.processes import RedisServer, free_port, wait_until
 from service.cache import KEY_PREFIX
 from service.settings import Settings, describe_settings_error
-from support.metrics import metric, metric_samples
-from support.processes import RedisServer, free_port, wait_until
 from tests.service.helpers import serve
 
 TEXTS = [f"how do i move {amount} dollars to my savings account" for amount in range(10)]

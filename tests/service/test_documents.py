@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from benchmarks.harness.metrics import metric_samples
 from service.limits import MAX_LOOKUP_IDS
 from service.settings import Settings
-from support.metrics import metric_samples
 from tests.service.helpers import make_settings, serve, stored_texts
 
 

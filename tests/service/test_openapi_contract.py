@@ -49,6 +49,7 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
         "/ready",
         "/info",
         "/metrics",
+        "/ui",
     }
     assert set(schema["paths"]["/search"]) == {"get", "post"}
     assert set(schema["paths"]["/documents/{doc_id}"]) == {"get", "delete"}
@@ -174,7 +175,7 @@ def test_the_served_contract_requires_the_key_where_the_service_does(served: dic
     assert served["security"] == [{"apiKey": []}]
     for path, operations in served["paths"].items():
         for operation in operations.values():
-            public = path in ("/health", "/ready", "/metrics")
+            public = path in ("/health", "/ready", "/metrics", "/ui")
             assert (operation.get("security") == []) is public, path
             assert ("401" in operation["responses"]) is not public, path
 

@@ -101,7 +101,9 @@ def test_the_public_routes_follow_their_settings() -> None:
     def public(**settings: bool) -> frozenset[str]:
         return public_paths(Settings.model_construct(**settings))
 
-    assert public() == {"/health", "/ready", "/metrics"}
-    assert public(public_health=False) == {"/metrics"}
-    assert public(public_metrics=False) == {"/health", "/ready"}
-    assert public(public_health=False, public_metrics=False) == frozenset()
+    assert public() == {"/health", "/ready", "/metrics", "/ui"}
+    assert public(public_health=False) == {"/metrics", "/ui"}
+    assert public(public_metrics=False) == {"/health", "/ready", "/ui"}
+    assert public(public_playground=False) == {"/health", "/ready", "/metrics"}
+    closed = {"public_health": False, "public_metrics": False, "public_playground": False}
+    assert public(**closed) == frozenset()

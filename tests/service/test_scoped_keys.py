@@ -70,6 +70,7 @@ def _operations(vectors: dict, model: str) -> list[tuple[str, str, dict | None, 
         ("GET", "/ready", None, None, ""),
         ("GET", "/info", None, None, ""),
         ("GET", "/metrics", None, None, ""),
+        ("GET", "/ui", None, None, ""),
         ("POST", "/collections/alpha/documents", TEXT, "write", "alpha"),
         ("POST", "/collections/beta/documents/vectors", vectors, "write", "beta"),
         ("POST", "/collections/alpha/documents/lookup", lookup, "read", "alpha"),
@@ -103,6 +104,7 @@ def scoped(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         api_keys_file=key_file,
         public_health=False,
         public_metrics=False,
+        public_playground=False,
     )
     with serve(settings) as client:
         for name in ("alpha", "beta"):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from client import FractalClient
 from index.embedded import FilterParams
-from support.client import FractalClient
 from tests.service.helpers import make_settings, serve
 
 NUM_DOCUMENTS = 240

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from benchmarks.harness.metrics import metric, metric_samples
 from service.settings import Settings, describe_settings_error
-from support.metrics import metric, metric_samples
 from tests.service.helpers import serve
 
 CONTRACT = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
@@ -55,6 +55,7 @@ def locked(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         api_keys=f"{KEY}, {OTHER_KEY}",
         public_health=False,
         public_metrics=False,
+        public_playground=False,
         max_body_bytes=LIMIT,
         cors_origins=ORIGIN,
     )
@@ -63,7 +64,7 @@ def locked(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def test_the_walk_covers_every_route_of_the_app() -> None:
-    assert len(_operations()) == 22
+    assert len(_operations()) == 23
 
 
 @pytest.mark.parametrize(("method", "path"), _operations())
@@ -104,7 +105,7 @@ def test_health_and_metrics_are_open_by_default(
     tiny_bundle_dir: Path, settings_for: Callable[..., Settings]
 ) -> None:
     with serve(settings_for(tiny_bundle_dir, api_keys=KEY)) as client:
-        for path in ("/health", "/ready", "/metrics"):
+        for path in ("/health", "/ready", "/metrics", "/ui"):
             assert client.get(path).status_code == 200, path
         assert client.get("/info").status_code == 401
         assert client.post("/embed", json={"texts": ["a"]}).status_code == 401

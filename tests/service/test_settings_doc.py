@@ -4,9 +4,9 @@ from the code: a setting added, renamed or re-described without regenerating the
 
 from __future__ import annotations
 
+from benchmarks.harness.processes import ROOT
 from service.settings import ENV_PREFIX, Settings
 from service.settings_doc import render
-from support.processes import ROOT
 
 PAGE = ROOT / "docs" / "settings.md"
 

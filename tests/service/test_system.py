@@ -9,9 +9,9 @@ import faiss
 import pytest
 from fastapi.testclient import TestClient
 
+from benchmarks.harness.metrics import metric_samples
 from service.app import create_app
 from service.settings import Settings
-from support.metrics import metric_samples
 from tests.service.helpers import make_settings, serve
 
 DOCUMENTS = ["reset my pin", "is it going to rain", "find me a recipe for lasagna"]

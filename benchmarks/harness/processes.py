@@ -34,7 +34,7 @@ STOP_TIMEOUT_S = 120.0
 """A graceful stop writes the index snapshots; a 100K-document HNSW graph takes a while."""
 SERVER_START_TIMEOUT_S = 30.0
 """Redis (and the other small servers the tests run) answer within a second or two."""
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the service process runs from here, so that it imports this tree's code."""
 INSTALL = "apt-get install -y redis-server prometheus docker-compose wrk hey"
 MILVUS_INSTALL = "pip install -e '.[scale]'"
