@@ -214,9 +214,9 @@ def _describe_validation(error: RequestValidationError) -> tuple[str, str | None
 _HTTP_KINDS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
 
 
-PATH_PARAMETERS = {"doc_id"}
-"""The path parameters that may hold ``/`` (``/documents/{doc_id:path}``); others hold one
-segment."""
+PATH_PARAMETERS = {"doc_id", "model"}
+"""The path parameters that may hold ``/`` (``/documents/{doc_id:path}``,
+``/v1/models/{model:path}``); others hold one segment."""
 
 
 def _path_pattern(template: str) -> re.Pattern[str]:

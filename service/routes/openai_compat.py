@@ -1,5 +1,5 @@
-"""``POST /v1/embeddings`` and ``GET /v1/models``: the OpenAI embeddings and model-list APIs,
-so their clients work unchanged.
+"""``POST /v1/embeddings``, ``GET /v1/models`` and ``GET /v1/models/{model}``: the OpenAI
+embeddings and models APIs, so their clients work unchanged.
 
 ``input`` is a string, a list of strings, one text as a list of token ids, or a list of such
 lists, as in the OpenAI API. Token ids are the sequence the encoder reads, as the bundle's
@@ -9,12 +9,10 @@ added or cut, and they skip the query cache. ``model`` must be the served bundle
 ``float`` or ``base64`` (little-endian float32, the OpenAI clients' default), and ``user`` is
 ignored. Vectors are always L2-normalised, as OpenAI's are.
 
-The model list holds the one model ``model`` accepts (:func:`served_model_name`): the bundle's name,
+The models are the one model ``model`` accepts (:func:`served_model_name`): the bundle's name,
 ``created`` when the bundle was made (its manifest's ``created_at``; the manifest file's
 modification time if that is not an ISO 8601 time), owned by ``fractal``. Like
-``/v1/embeddings``, it answers any valid API key (a ``read`` one is enough). ``GET
-/v1/models/{model}`` is not served: with it the service shed more searches under load (an
-effect measured, not yet explained).
+``/v1/embeddings``, they answer any valid API key (a ``read`` one is enough).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Literal, TypeGuard, cast
 
-from fastapi import Request
+from fastapi import Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from bundle import MANIFEST_FILE
@@ -154,3 +152,17 @@ async def create_embeddings(
 async def list_models(runtime: RuntimeDep) -> ModelList:
     """OpenAI-compatible model list: the one model served."""
     return ModelList(data=[_served_model(runtime)])
+
+
+@router.get("/v1/models/{model:path}", responses=error_responses(404, 422, 503))
+async def retrieve_model(
+    model: Annotated[
+        str,
+        ServedModel(),
+        Path(description="The served bundle's name (GET /info → model); another is a 404."),
+    ],
+    runtime: RuntimeDep,
+) -> ModelObject:
+    """OpenAI-compatible model: the served one; another name is a 404."""
+    served_model_name(runtime, model, "model")
+    return _served_model(runtime)

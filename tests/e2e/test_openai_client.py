@@ -77,9 +77,13 @@ def test_openai_client_models(
         (MODEL, "model", int(created), "fractal")
     ]
     for listed in models:
+        assert client.models.retrieve(listed.id) == listed
         embedded = client.embeddings.create(model=listed.id, input="hi there", dimensions=64)
         assert embedded.model == listed.id and len(embedded.data[0].embedding) == 64
 
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("text-embedding-3-small")
+    assert missing.value.type == "model_not_found" and MODEL in str(missing.value)
     stranger = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.models.list()

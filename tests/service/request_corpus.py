@@ -120,6 +120,9 @@ def malformed_requests() -> Iterator[tuple[str, str, dict]]:
         yield "GET", f"/documents/{doc_id}", {}
         yield "DELETE", f"/documents/{doc_id}", {}
     yield "POST", "/documents/known", {"json": {}}
+    for model in [MODEL, "unknown", "%00", "%ff%fe", "a/b/../c", "🙂", "x" * 5000, "%2F", " "]:
+        yield "GET", f"/v1/models/{model}", {"params": {"junk": "🙂"}}
+        yield "DELETE", f"/v1/models/{model}", {}
     yield "POST", "/v1/models", {"json": {}}
     for path in ["/health", "/ready", "/info", "/metrics"]:
         yield "POST", path, {"json": {}}

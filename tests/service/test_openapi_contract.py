@@ -34,6 +34,7 @@ def test_contract_documents_every_endpoint_and_the_error_shape() -> None:
         "/embed",
         "/v1/embeddings",
         "/v1/models",
+        "/v1/models/{model}",
         "/documents",
         "/documents/vectors",
         "/documents/lookup",
