@@ -193,10 +193,10 @@ class Operations:
         on_reject: Callable[[int, str], None] | None = None,
     ) -> Plan[list[str]]:
         """``POST /documents`` in batches of ``batch_size`` (default: the service's
-        ``max_texts``), ``concurrency`` batches in flight;
-        the ids the service acknowledged, in the order of ``documents``. A document is a text
-        or ``{"text", "id"?, "metadata"?}``; ``documents`` may be any iterable, read as the
-        batches go (``total`` sizes the progress bar of one without a length).
+        ``max_texts``), ``concurrency`` batches in flight; the ids the service acknowledged, in
+        the order of ``documents``. A document is a text or ``{"text", "id"?, "metadata"?}``;
+        ``documents`` may be any iterable, read as the batches go (``total`` sizes the progress
+        bar of one without a length).
 
         Without ``on_reject`` a refused batch raises :class:`~client.errors.RequestRefused`.
         With it, a batch refused with 422 or 413 is narrowed down (see the module docstring):

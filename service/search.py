@@ -135,6 +135,7 @@ class Searcher:
         self.router = router
         self.default_k = settings.default_k
         self.c2f_factor = settings.c2f_factor
+        self.coarse_ef_search = settings.coarse_ef_search
         self.shortlist_dim = settings.shortlist_dim(manifest)
         self.layout = collection.layout
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
@@ -257,6 +258,7 @@ class Searcher:
             route.dimension,
             route.index,
             route.scoring,
+            ef_search=self.coarse_ef_search if route.granularity == COARSE else None,
             where=plan.where,
             contents=True,
         )

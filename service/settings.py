@@ -137,6 +137,12 @@ class Settings(StorageSettings):
         description="C2F shortlist size = k × factor, at the bundle's shortlist prefix (the "
         "smallest prefix reaching recall@10 ≥ 0.99 at factor 4, measured at export)",
     )
+    coarse_ef_search: int | None = Field(
+        None,
+        ge=1,
+        description="HNSW beam width of coarse queries (their task, same-domain hits, is "
+        "reached by a narrower walk than fine recall); unset = hnsw_ef_search",
+    )
     auto_fine_threshold: float = Field(
         0.5,
         ge=0,

@@ -36,7 +36,6 @@ import httpx
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from tqdm import tqdm
 
 from benchmarks.harness.metrics import Samples, metric_samples, metric_total
 from benchmarks.harness.process_cpu import cpu_seconds
@@ -313,12 +312,9 @@ def ingest(
         {"id": f"doc-{i:07d}", "text": text, "metadata": {"source": source}}
         for i, (text, source) in enumerate(zip(texts, sources, strict=True))
     ]
-    with (
-        tqdm(total=len(texts), desc="ingest", unit="doc", disable=not progress) as bar,
-        FractalClient(base_url, timeout_s=600) as client,
-    ):
+    with FractalClient(base_url, timeout_s=600) as client:
         client.add_documents(
-            documents, batch_size=batch_size, concurrency=concurrency, progress=bar.update
+            documents, batch_size=batch_size, concurrency=concurrency, progress=progress
         )
 
 
