@@ -61,7 +61,7 @@ class FractalEmbeddings(Embeddings):
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         answer = self._client.embed(texts, dims=self.dims, batch_size=self.batch_size)
-        return answer.at(self.dims) if texts else []
+        return answer.at(self.dims)
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
@@ -71,7 +71,7 @@ class FractalEmbeddings(Embeddings):
             self.url, api_key=self.api_key, timeout_s=self.timeout_s
         ) as client:
             answer = await client.embed(texts, dims=self.dims, batch_size=self.batch_size)
-        return answer.at(self.dims) if texts else []
+        return answer.at(self.dims)
 
     async def aembed_query(self, text: str) -> list[float]:
         return (await self.aembed_documents([text]))[0]

@@ -109,6 +109,8 @@ class Embeddings:
 
     def at(self, dim: int | None = None) -> list[list[float]]:
         """Every text's vector at prefix ``dim`` (default: the only, or the largest, asked)."""
+        if not self.vectors:
+            return []
         chosen = max(self.dims) if dim is None else dim
         return [by_dim[chosen] for by_dim in self.vectors]
 
