@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import httpx
 
-from client.errors import RequestRefused, checked
+from client.errors import RequestRefused
 from client.operation import operation
 from client.plans import Plan, Request, in_parallel, send
 from client.results import Collection, Document, Embeddings, SearchResult
@@ -68,10 +68,13 @@ class Operations:
         *,
         params: dict[str, Any] | None = None,
         json: Any = None,
-        resendable: bool = True,
+        resendable: bool | None = None,
     ) -> Plan[httpx.Response]:
-        """Any request, retried on 429 (and on 503 when ``resendable``); the answer, or
-        :class:`~client.errors.RequestRefused` for any other 4xx / 5xx."""
+        """Any request, retried on 429 (and on 503 when ``resendable``; default: for GET,
+        HEAD and DELETE only); the answer, or :class:`~client.errors.RequestRefused` for any
+        other 4xx / 5xx."""
+        if resendable is None:
+            resendable = method.upper() in ("GET", "HEAD", "DELETE")
         return (yield from send(Request(method, path, params, json, resendable)))
 
     @operation
@@ -109,13 +112,11 @@ class Operations:
             options["dims"] = dims if isinstance(dims, int) else list(dims)
         if granularity is not None:
             options["granularity"] = granularity
-        requests = [
-            Request(
-                "POST", "/embed", json={"texts": list(texts[start : start + batch_size]), **options}
-            )
-            for start in range(0, len(texts), batch_size)
-        ]
-        parts = [Embeddings.from_json(checked(answer).json()) for answer in (yield requests)]
+        parts: list[Embeddings] = []
+        for start in range(0, len(texts), batch_size):
+            body = {"texts": list(texts[start : start + batch_size]), **options}
+            answer = yield from send(Request("POST", "/embed", json=body))
+            parts.append(Embeddings.from_json(answer.json()))
         return Embeddings(
             parts[0].model,
             parts[0].dims,
@@ -246,8 +247,9 @@ class Operations:
         with _progress_bar(progress, documents, total, "import") as advance:
             for _, batch in _batches(documents, batch_size):
                 body = {"bundle_hash": bundle_hash, "documents": [_listed(doc) for doc in batch]}
-                resendable = all("id" in document for document in batch)
-                answer = yield from send(Request("POST", path, json=body, resendable=resendable))
+                answer = yield from send(
+                    Request("POST", path, json=body, resendable=_names_every_id(batch))
+                )
                 ids += answer.json()["ids"]
                 advance(len(batch))
         return ids
@@ -358,8 +360,13 @@ def _listed(document: dict[str, Any]) -> dict[str, Any]:
 
 def _write(path: str, batch: list[dict[str, Any]]) -> Request:
     """``POST`` of ``batch``: resendable on 503 when it names every document's id."""
-    resendable = all("id" in document for document in batch)
-    return Request("POST", path, json={"documents": batch}, resendable=resendable)
+    return Request("POST", path, json={"documents": batch}, resendable=_names_every_id(batch))
+
+
+def _names_every_id(batch: list[dict[str, Any]]) -> bool:
+    """Whether every document of ``batch`` names its id (a null id lets the service pick one),
+    so that sending the batch twice stores nothing twice."""
+    return all(document.get("id") is not None for document in batch)
 
 
 def _store_narrowing(

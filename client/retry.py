@@ -10,6 +10,7 @@ than its answer says.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import httpx
@@ -30,22 +31,28 @@ class RetryPolicy:
     max_wait_s: float = MAX_RETRY_WAIT_S
     first_backoff_s: float = FIRST_BACKOFF_S
 
-    def wait_s(self, response: httpx.Response, attempt: int, resendable: bool) -> float | None:
-        """Seconds to wait before sending the request again after ``response``, the answer to
-        its ``attempt``-th try (0 for the first); None: ``response`` is final."""
+    def wait_s(
+        self, response: httpx.Response, retried: dict[int, int], resendable: bool
+    ) -> float | None:
+        """Seconds to wait before sending the request again after ``response``; None:
+        ``response`` is final. ``retried`` counts the request's retries so far by status (429
+        and 503 each have their own bound and backoff); a retry granted is counted in it."""
         status = response.status_code
+        attempt = retried.get(status, 0)
         if status == 429 and attempt < self.on_429:
             wait = _retry_after(response, default=1.0)
         elif status == 503 and resendable and attempt < self.on_503:
             wait = max(_retry_after(response, 0.0), self.first_backoff_s * 2**attempt)
         else:
             return None
+        retried[status] = attempt + 1
         return min(max(wait, 0.05), self.max_wait_s)
 
 
 def _retry_after(response: httpx.Response, default: float) -> float:
     """The ``Retry-After`` header in seconds (``default`` when absent or not a number)."""
     try:
-        return float(response.headers.get("Retry-After", default))
+        seconds = float(response.headers.get("Retry-After", default))
     except ValueError:
         return default
+    return seconds if math.isfinite(seconds) else default

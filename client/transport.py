@@ -29,12 +29,6 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def _resend_wait(
-    retry: RetryPolicy, request: Request, answer: httpx.Response, attempt: int
-) -> float | None:
-    return retry.wait_s(answer, attempt, request.resendable)
-
-
 class _Scoped:
     """What both transports keep besides their HTTP client: the default collection, the retry
     policy and what the service said about its limits."""
@@ -88,22 +82,21 @@ class SyncTransport(_Scoped):
             return done.value
 
     def _send_all(self, requests: list[Request]) -> list[httpx.Response]:
-        if len(requests) == 1:
-            return [self._send(requests[0])]
+        if len(requests) <= 1:
+            return [self._send(request) for request in requests]
         with ThreadPoolExecutor(len(requests)) as pool:
             return list(pool.map(self._send, requests))
 
     def _send(self, request: Request) -> httpx.Response:
-        attempt = 0
+        retried: dict[int, int] = {}
         while True:
             answer = self.http.request(
                 request.method, request.path, params=request.params, json=request.json
             )
-            wait = _resend_wait(self.retry, request, answer, attempt)
+            wait = self.retry.wait_s(answer, retried, request.resendable)
             if wait is None:
                 return answer
             time.sleep(wait)
-            attempt += 1
 
     def is_ready(self) -> bool:
         """Whether ``GET /ready`` answers 200 now (a refused connection is a no)."""
@@ -167,16 +160,15 @@ class AsyncTransport(_Scoped):
             return done.value
 
     async def _send(self, request: Request) -> httpx.Response:
-        attempt = 0
+        retried: dict[int, int] = {}
         while True:
             answer = await self.http.request(
                 request.method, request.path, params=request.params, json=request.json
             )
-            wait = _resend_wait(self.retry, request, answer, attempt)
+            wait = self.retry.wait_s(answer, retried, request.resendable)
             if wait is None:
                 return answer
             await asyncio.sleep(wait)
-            attempt += 1
 
     async def is_ready(self) -> bool:
         """Whether ``GET /ready`` answers 200 now (a refused connection is a no)."""

@@ -17,6 +17,13 @@ from service.routes import new_router, public_when
 
 router = new_router(tags=["playground"])
 PAGE = files("service").joinpath("playground.html").read_text(encoding="utf-8")
+HEADERS = {
+    "Cache-Control": "no-cache",
+    # The page's own inline style and script, requests to this service alone, and no framing
+    # (the page takes an API key).
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "script-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+}
 
 
 @router.get(
@@ -28,4 +35,4 @@ PAGE = files("service").joinpath("playground.html").read_text(encoding="utf-8")
 async def playground() -> HTMLResponse:
     """The playground: a query searched at every granularity side by side, its embedding drawn
     per prefix (an HTML page for a browser)."""
-    return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
+    return HTMLResponse(PAGE, headers=HEADERS)

@@ -39,6 +39,7 @@ def open_page(url: str, executable: str = CHROMIUM) -> Iterator[Page]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
+            # Under the page's own CSP, which forbids eval: every wait here is a selector.
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(f"{url}/ui")
             yield page
@@ -52,15 +53,13 @@ def search(page: Page, query: str, *, key: str | None = None, filter: str = "") 
     if key is not None:
         page.fill("#key", key)
         page.dispatch_event("#key", "change")
-        page.wait_for_function("document.querySelector('#collection').options.length > 0")
+        page.wait_for_selector("#collection option", state="attached")
     page.fill("#filter", filter)
     page.fill("#query", query)
     page.click("button[type=submit]")
-    done = " && ".join(
-        f"['done', 'error'].includes(document.querySelector('#column-{name}').dataset.state)"
-        for name in COLUMNS
-    )
-    page.wait_for_function(done, timeout=WAIT_MS)
+    for name in COLUMNS:
+        answered = f"#column-{name}[data-state=done], #column-{name}[data-state=error]"
+        page.wait_for_selector(answered, state="attached", timeout=WAIT_MS)
 
 
 def column(page: Page, name: str) -> dict[str, object]:

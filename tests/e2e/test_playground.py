@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from benchmarks.harness.processes import ROOT
@@ -58,8 +59,10 @@ def _artifacts() -> Path:
 
 
 def test_the_page_asks_for_the_key_the_service_needs(service: str) -> None:
+    policy = httpx.get(f"{service}/ui").headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in policy and "connect-src 'self'" in policy
     with open_page(service) as page:
-        page.wait_for_function("document.querySelector('#error').textContent.startsWith('401')")
+        page.wait_for_selector("#error:text-matches('^401 ')")
         assert "type the API key" in page.inner_text("#error")
         assert page.inner_text("#model") == "not connected"
 
@@ -69,7 +72,8 @@ def test_a_query_fills_every_column_and_draws_each_prefix(service: str) -> None:
         search(page, TEXTS[1], key=KEY)
         shown = {name: column(page, name) for name in COLUMNS}
         page.wait_for_selector("#prefixes canvas")
-        prefixes = page.locator("#prefixes canvas").evaluate_all("c => c.map(x => x.dataset.dim)")
+        canvases = page.locator("#prefixes canvas")
+        prefixes = [canvases.nth(n).get_attribute("data-dim") for n in range(canvases.count())]
         page.screenshot(path=str(_artifacts() / "playground.png"), full_page=True)
         error = page.inner_text("#error")
         model = page.inner_text("#model")
