@@ -11,7 +11,7 @@
         vectors = (await fractal.embed(["send money"], dims=64)).at(64)
 
 Both clients have the same methods (:class:`client.operations.Operations`); the asynchronous
-one's return awaitables. 429 answers are retried after the service's ``Retry-After`` and 503
+one's return coroutines. 429 answers are retried after the service's ``Retry-After`` and 503
 answers with backoff (:mod:`client.retry`); any other refusal raises
 :class:`~client.errors.RequestRefused` with the service's message. The client needs ``httpx``
 (and ``tqdm`` for progress bars): ``pip install 'fractal[client]'``. LangChain's

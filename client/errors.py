@@ -12,9 +12,14 @@ class RequestRefused(RuntimeError):
 
     ``status_code``, ``message`` and ``param`` come from the service's error body
     (``{"error": {"message", "param", …}}``); ``param`` names the field at fault, such as
-    ``documents.3.text`` or ``filter.and[1].gte``."""
+    ``documents.3.text`` or ``filter.and[1].gte``.
+
+    ``stored_ids``: when the refusal stopped ``add_documents``, the documents the service
+    acknowledged before it, as {position in the documents: id} (a transport error that stops
+    it carries the same attribute)."""
 
     def __init__(self, response: httpx.Response) -> None:
+        self.stored_ids: dict[int, str] = {}
         self.status_code = response.status_code
         self.message, self.param = _error_of(response)
         super().__init__(

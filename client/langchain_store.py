@@ -67,6 +67,9 @@ class FractalEmbeddings(Embeddings):
         return self.embed_documents([text])[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """``embed_documents`` on the running event loop. It opens a client for the call: an
+        ``httpx.AsyncClient`` belongs to the loop it first ran on, and LangChain's callers may
+        use a new loop each time (``asyncio.run``)."""
         async with AsyncFractalClient(
             self.url, api_key=self.api_key, timeout_s=self.timeout_s
         ) as client:

@@ -1,15 +1,15 @@
 """``@operation``: a plan written once becomes a method of both clients.
 
 On :class:`~client.FractalClient` the method returns the plan's result; on
-:class:`~client.AsyncFractalClient` it returns an awaitable of it. Type checkers see both
-forms, with the plan's own parameters.
+:class:`~client.AsyncFractalClient` it returns a coroutine of it (which ``asyncio.create_task``
+takes). Type checkers see both forms, with the plan's own parameters.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from client.plans import Plan
@@ -36,7 +36,9 @@ class operation(Generic[P, T]):  # noqa: N801 (used as a decorator)
     def __get__(self, client: SyncTransport, owner: type) -> Callable[P, T]: ...
 
     @overload
-    def __get__(self, client: AsyncTransport, owner: type) -> Callable[P, Awaitable[T]]: ...
+    def __get__(
+        self, client: AsyncTransport, owner: type
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
     def __get__(self, client: Any, owner: type) -> Any:
         if client is None:

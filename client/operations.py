@@ -25,7 +25,7 @@ import httpx
 
 from client.errors import RequestRefused
 from client.operation import operation
-from client.plans import Plan, Request, in_parallel, send
+from client.plans import Interrupted, Plan, Request, in_parallel, send
 from client.results import Collection, Document, Embeddings, SearchResult
 
 Granularity = Literal["coarse", "fine", "auto"]
@@ -199,7 +199,11 @@ class Operations:
         ``documents`` may be any iterable, read as the batches go (``total`` sizes the progress
         bar of one without a length).
 
-        Without ``on_reject`` a refused batch raises :class:`~client.errors.RequestRefused`.
+        Without ``on_reject`` a refused batch raises :class:`~client.errors.RequestRefused`;
+        no batch is sent after it, those in flight are finished, and the error's
+        ``stored_ids`` maps the position of every document stored to its id (so does a
+        transport error's). ``progress``, when a callable, may be called from the client's
+        worker threads.
         With it, a batch refused with 422 or 413 is narrowed down (see the module docstring):
         ``on_reject(position, message)`` for each document at fault (its position in
         ``documents``), the others are stored, and the ids returned are those of the stored
@@ -218,10 +222,18 @@ class Operations:
                     return dict(zip(positions, ids, strict=True))
                 return (yield from _store_narrowing(path, batch, positions, advance, on_reject))
 
-            stored = yield from in_parallel(
-                (store(start, batch) for start, batch in _batches(documents, size)),
-                concurrency,
-            )
+            try:
+                stored = yield from in_parallel(
+                    (store(start, batch) for start, batch in _batches(documents, size)),
+                    concurrency,
+                )
+            except Interrupted as stop:
+                stop.error.stored_ids = {  # type: ignore[attr-defined]
+                    position: doc_id
+                    for part in stop.finished.values()
+                    for position, doc_id in part.items()
+                }
+                raise stop.error from None
         return [doc_id for part in stored for _, doc_id in sorted(part.items())]
 
     @operation

@@ -1,8 +1,9 @@
 """Operations as plans: what to send and what to make of the answers, with no I/O.
 
-A plan is a generator. It yields a list of :class:`Request` (sent at once, concurrently when
-there are several), receives the list of answers in the same order, and returns its result.
-The synchronous and the asynchronous client each run a plan with their own transport
+A plan is a generator. Each step it yields either a list of :class:`Request` (sent at once,
+concurrently when there are several) and receives the list of answers in the same order, or a
+:class:`Fanout` of other plans (see :func:`in_parallel`) and receives their results. It returns
+its result. The synchronous and the asynchronous client each run a plan with their own transport
 (:mod:`client.transport`), so every operation is written once, here and in
 :mod:`client.operations`, and behaves the same in both.
 
@@ -12,13 +13,15 @@ The synchronous and the asynchronous client each run a plan with their own trans
 
 Answers arrive after the transport's retries (:mod:`client.retry`), whatever their status: a
 plan calls :func:`~client.errors.checked` to raise a refusal, or looks at it to work around it.
+An error while sending (a refused connection, a timeout) is raised inside the plan, at its
+``yield``, so that its ``with`` and ``finally`` blocks run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -39,7 +42,30 @@ class Request:
     resendable: bool = True
 
 
-Plan = Generator[list[Request], list[httpx.Response], T]
+@dataclass(frozen=True)
+class Fanout(Generic[T]):
+    """A step that runs other plans, up to ``width`` of them at once; the transport answers it
+    with their results in the order of ``plans`` (see :func:`in_parallel`)."""
+
+    plans: Iterable[Generator[Any, Any, T]]
+    width: int
+
+
+Step = list[Request] | Fanout[Any]
+Plan = Generator[Step, Any, T]
+"""A plan that returns a ``T``: it yields steps and receives their answers (a list of
+:class:`httpx.Response` for a list of requests, a list of results for a :class:`Fanout`)."""
+
+
+class Interrupted(Exception):
+    """A :class:`Fanout` stopped because one of its plans raised ``error``: ``finished`` holds
+    the results of the plans that ended before or alongside it, by their position. No plan
+    was started after the error; those running when it came were run to their end."""
+
+    def __init__(self, error: BaseException, finished: dict[int, Any]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.finished = finished
 
 
 def send(request: Request) -> Plan[httpx.Response]:
@@ -49,36 +75,8 @@ def send(request: Request) -> Plan[httpx.Response]:
 
 
 def in_parallel(plans: Iterable[Plan[T]], width: int) -> Plan[list[T]]:
-    """Run ``plans`` with up to ``width`` of them in flight: each step sends the pending
-    requests of every running plan together. The results come in the order of ``plans``,
-    which is read lazily (a plan is started only when a place frees up)."""
-    source = iter(enumerate(plans))
-    results: dict[int, T] = {}
-    running: list[tuple[int, Plan[T], list[Request]]] = []
-
-    def start_more() -> None:
-        while len(running) < max(width, 1):
-            entry = next(source, None)
-            if entry is None:
-                return
-            position, plan = entry
-            try:
-                running.append((position, plan, next(plan)))
-            except StopIteration as done:
-                results[position] = done.value
-
-    start_more()
-    while running:
-        answers = yield [request for _, _, requests in running for request in requests]
-        still: list[tuple[int, Plan[T], list[Request]]] = []
-        offset = 0
-        for position, plan, requests in running:
-            own = answers[offset : offset + len(requests)]
-            offset += len(requests)
-            try:
-                still.append((position, plan, plan.send(own)))
-            except StopIteration as done:
-                results[position] = done.value
-        running[:] = still
-        start_more()
-    return [results[position] for position in sorted(results)]
+    """Run ``plans`` with up to ``width`` of them in flight, each at its own pace: a plan is
+    started (``plans`` is read lazily) as soon as another ends. Their results, in the order of
+    ``plans``; :class:`Interrupted` if one raises."""
+    results: list[T] = yield Fanout(plans, max(width, 1))
+    return results

@@ -3,6 +3,8 @@
 
 Both send a plan's requests (several at once on threads, or gathered on the event loop), retry
 429 and 503 as :class:`~client.retry.RetryPolicy` says, and hand every answer back to the plan.
+A :class:`~client.plans.Fanout` runs its plans each at its own pace (on a thread pool, or as
+tasks), with :class:`_Fanning` keeping the books for both.
 Either can own its HTTP client (built from a base URL) or wrap one the caller owns, such as
 FastAPI's ``TestClient``.
 """
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 
-from client.plans import Plan, Request
+from client.plans import Fanout, Interrupted, Plan, Request, Step
 from client.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -39,6 +42,59 @@ class _Scoped:
         self.retry = retry or RetryPolicy()
         self.max_texts: int | None = None
         """The service's texts per request, read from ``/info`` when first needed."""
+
+
+class _Started(Protocol):
+    """A plan started by a fan-out: a thread's future, or an event loop's task."""
+
+    def exception(self) -> BaseException | None: ...
+
+    def result(self) -> Any: ...
+
+
+F = TypeVar("F", bound=_Started)
+
+
+class _Fanning(Generic[T, F]):
+    """The books of a running :class:`~client.plans.Fanout`: which plan starts next, which
+    are running, their results by position, and the first error (after which nothing starts)."""
+
+    def __init__(self, fanout: Fanout[T]) -> None:
+        self._source: Iterator[tuple[int, Plan[T]]] = iter(enumerate(fanout.plans))
+        self._width = fanout.width
+        self.running: dict[F, int] = {}
+        self._finished: dict[int, T] = {}
+        self._error: BaseException | None = None
+
+    def fill(self, start: Callable[[Plan[T]], F]) -> bool:
+        """Start plans with ``start`` until ``width`` run (none after an error); whether any
+        is running."""
+        while self._error is None and len(self.running) < self._width:
+            try:
+                entry = next(self._source, None)
+            except Exception as error:  # the caller's iterable failed
+                self._error = error
+                break
+            if entry is None:
+                break
+            self.running[start(entry[1])] = entry[0]
+        return bool(self.running)
+
+    def settle(self, done: Collection[F]) -> None:
+        """Book the plans of ``done``: a result by its position, or the first error."""
+        for future in done:
+            position = self.running.pop(future)
+            error = future.exception()
+            if error is None:
+                self._finished[position] = future.result()
+            elif self._error is None:
+                self._error = error
+
+    def outcome(self) -> list[T]:
+        """The results in order; :class:`~client.plans.Interrupted` after an error."""
+        if self._error is not None:
+            raise Interrupted(self._error, self._finished)
+        return [self._finished[position] for position in sorted(self._finished)]
 
 
 class SyncTransport(_Scoped):
@@ -73,13 +129,28 @@ class SyncTransport(_Scoped):
             self.http.close()
 
     def run(self, plan: Plan[T]) -> T:
-        """Send what ``plan`` asks for until it returns; its result."""
+        """Answer what ``plan`` asks for until it returns; its result. An error while
+        answering is raised inside the plan."""
         try:
-            requests = next(plan)
+            step = next(plan)
             while True:
-                requests = plan.send(self._send_all(requests))
+                try:
+                    answer = self._answer(step)
+                except BaseException as error:
+                    step = plan.throw(error)
+                else:
+                    step = plan.send(answer)
         except StopIteration as done:
             return done.value
+
+    def _answer(self, step: Step) -> list[Any]:
+        if not isinstance(step, Fanout):
+            return self._send_all(step)
+        fanning: _Fanning[Any, Future[Any]] = _Fanning(step)
+        with ThreadPoolExecutor(step.width) as pool:
+            while fanning.fill(lambda plan: pool.submit(self.run, plan)):
+                fanning.settle(wait(list(fanning.running), return_when=FIRST_COMPLETED).done)
+        return fanning.outcome()
 
     def _send_all(self, requests: list[Request]) -> list[httpx.Response]:
         if len(requests) <= 1:
@@ -150,14 +221,33 @@ class AsyncTransport(_Scoped):
             await self.http.aclose()
 
     async def run(self, plan: Plan[T]) -> T:
-        """Send what ``plan`` asks for until it returns; its result."""
+        """Answer what ``plan`` asks for until it returns; its result. An error while
+        answering is raised inside the plan."""
         try:
-            requests = next(plan)
+            step = next(plan)
             while True:
-                answers = await asyncio.gather(*(self._send(request) for request in requests))
-                requests = plan.send(list(answers))
+                try:
+                    answer = await self._answer(step)
+                except BaseException as error:
+                    step = plan.throw(error)
+                else:
+                    step = plan.send(answer)
         except StopIteration as done:
             return done.value
+
+    async def _answer(self, step: Step) -> list[Any]:
+        if not isinstance(step, Fanout):
+            return list(await asyncio.gather(*(self._send(request) for request in step)))
+        fanning: _Fanning[Any, asyncio.Future[Any]] = _Fanning(step)
+        try:
+            while fanning.fill(lambda plan: asyncio.ensure_future(self.run(plan))):
+                done, _ = await asyncio.wait(list(fanning.running), return_when=FIRST_COMPLETED)
+                fanning.settle(done)
+        except BaseException:  # cancelled: so are the plans it started
+            for task in fanning.running:
+                task.cancel()
+            raise
+        return fanning.outcome()
 
     async def _send(self, request: Request) -> httpx.Response:
         retried: dict[int, int] = {}

@@ -1,15 +1,24 @@
-"""Plans run without I/O: a plan driven by hand sees what it asked for, and
-:func:`client.plans.in_parallel` keeps its width, its order and reads its plans lazily."""
+"""Plans run without I/O: a plan driven by hand sees what it asked for. Run by the transports
+against a scripted service, :func:`client.plans.in_parallel` runs each plan at its own pace
+within its width, keeps their order, reads its plans lazily, and stops on an error with what
+was done; an error while sending is raised inside the plan."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 
 import httpx
 import pytest
 
+from client import AsyncFractalClient, FractalClient
 from client.errors import RequestRefused, checked
 from client.plans import Plan, Request, in_parallel, send
+
+BASE = "http://service"
 
 
 def _answer(request: Request, status: int = 200) -> httpx.Response:
@@ -29,51 +38,135 @@ def _drive(plan: Plan, status_of=lambda request: 200) -> tuple[object, list[list
         return done.value, steps
 
 
-def _drive_rest(plan: Plan, answers: list[httpx.Response]) -> tuple[object, int]:
-    """Send ``answers`` to a started plan, then answer the rest as :func:`_drive` does."""
-    steps = 0
-    try:
-        requests = plan.send(answers)
-        while True:
-            steps += 1
-            requests = plan.send([_answer(request) for request in requests])
-    except StopIteration as done:
-        return done.value, steps
-
-
 def _two_requests(name: str) -> Plan[str]:
     first = yield from send(Request("GET", f"/{name}/1"))
     second = yield from send(Request("GET", f"/{name}/2"))
     return first.json()["path"] + second.json()["path"]
 
 
-def test_in_parallel_sends_the_running_plans_together_and_keeps_their_order() -> None:
-    result, steps = _drive(in_parallel((_two_requests(name) for name in "abc"), width=2))
+def _fanned(plans: Iterable[Plan[str]], width: int) -> Plan[list[str]]:
+    return (yield from in_parallel(plans, width))
+
+
+def _echo(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"path": request.url.path})
+
+
+def _sync_client(handler: Callable[[httpx.Request], httpx.Response]) -> FractalClient:
+    """A client of a scripted service: ``handler`` answers each request, on the client's
+    worker threads."""
+    return FractalClient(httpx.Client(transport=httpx.MockTransport(handler), base_url=BASE))
+
+
+def test_in_parallel_runs_each_plan_at_its_own_pace_and_keeps_their_order() -> None:
+    sent: list[str] = []
+    in_flight, most, lock = [0], [0], threading.Lock()
+    c_done = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        with lock:
+            sent.append(request.url.path)
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        if request.url.path == "/a/1":  # slow: b and c go on meanwhile
+            assert c_done.wait(10), "a slow plan held the others back"
+        if request.url.path == "/c/2":
+            c_done.set()
+        with lock:
+            in_flight[0] -= 1
+        return _echo(request)
+
+    with _sync_client(handler) as client:
+        result = client.run(_fanned((_two_requests(name) for name in "abc"), width=2))
     assert result == ["/a/1/a/2", "/b/1/b/2", "/c/1/c/2"]
-    assert [[r.path for r in step] for step in steps] == [
-        ["/a/1", "/b/1"],
-        ["/a/2", "/b/2"],
-        ["/c/1"],
-        ["/c/2"],
-    ]
+    assert sent.index("/c/2") < sent.index("/a/2")
+    assert most[0] == 2
 
 
 def test_in_parallel_reads_its_plans_only_as_places_free_up() -> None:
     started: list[str] = []
+    seen: dict[str, list[str]] = {}
 
     def plans() -> Iterator[Plan[str]]:
         for name in "abcd":
             started.append(name)
             yield _two_requests(name)
 
-    plan = in_parallel(plans(), width=1)
-    assert [request.path for request in next(plan)] == ["/a/1"]
-    assert started == ["a"]
-    plan.send([_answer(Request("GET", "/a/1"))])
-    assert started == ["a"]
-    result, _ = _drive_rest(plan, [_answer(Request("GET", "/a/2"))])
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen[request.url.path] = list(started)
+        return _echo(request)
+
+    with _sync_client(handler) as client:
+        result = client.run(_fanned(plans(), width=1))
     assert result == ["/a/1/a/2", "/b/1/b/2", "/c/1/c/2", "/d/1/d/2"]
-    assert started == ["a", "b", "c", "d"]
+    assert seen["/a/1"] == seen["/a/2"] == ["a"]
+    assert seen["/d/2"] == ["a", "b", "c", "d"]
+
+
+def test_the_async_transport_runs_each_plan_at_its_own_pace() -> None:
+    sent: list[str] = []
+
+    async def main() -> list[str]:
+        c_done = asyncio.Event()
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(request.url.path)
+            if request.url.path == "/a/1":
+                await asyncio.wait_for(c_done.wait(), 10)
+            if request.url.path == "/c/2":
+                c_done.set()
+            return _echo(request)
+
+        http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=BASE)
+        async with AsyncFractalClient(http) as client:
+            return await client.run(_fanned((_two_requests(name) for name in "abc"), width=2))
+
+    assert asyncio.run(main()) == ["/a/1/a/2", "/b/1/b/2", "/c/1/c/2"]
+    assert sent.index("/c/2") < sent.index("/a/2")
+
+
+def test_a_refused_batch_stops_the_ingest_and_names_what_was_stored() -> None:
+    """Batches of 2 with 2 in flight: the second batch is refused while the first is still
+    being stored. The first is finished and reported, the third is never sent."""
+    texts_sent: list[list[str]] = []
+    refused = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, json={"limits": {"max_texts": 2}})
+        texts = [doc["text"] for doc in json.loads(request.content)["documents"]]
+        texts_sent.append(texts)
+        if texts[0] == "t2":
+            refused.set()
+            error = {"error": {"message": "no space left", "param": None}}
+            return httpx.Response(507, json=error)
+        if texts[0] == "t0":
+            assert refused.wait(10)
+            time.sleep(0.2)  # the refusal is booked before this batch ends
+        return httpx.Response(201, json={"ids": [f"id-{text}" for text in texts]})
+
+    with _sync_client(handler) as client, pytest.raises(RequestRefused) as stopped:
+        client.add_documents((f"t{n}" for n in range(6)), concurrency=2)
+    assert stopped.value.status_code == 507
+    assert stopped.value.stored_ids == {0: "id-t0", 1: "id-t1"}
+    assert sorted(texts_sent) == [["t0", "t1"], ["t2", "t3"]]
+
+
+def test_a_transport_error_is_raised_inside_the_plan() -> None:
+    closed: list[bool] = []
+
+    def guarded() -> Plan[str]:
+        try:
+            return (yield from _two_requests("a"))
+        finally:
+            closed.append(True)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with _sync_client(handler) as client, pytest.raises(httpx.ConnectError):
+        client.run(guarded())
+    assert closed == [True]
 
 
 def test_a_refusal_raises_with_the_services_message() -> None:
