@@ -81,8 +81,9 @@ class StorageSettings(BaseSettings):
         description="C2F's first stage: from these settings (the bundle's measured shortlist "
         "prefix, FRACTAL_HNSW_STORAGE and FRACTAL_HNSW_M), or bundle: the fastest graph "
         "(prefix, codes, degree) the export measured reaching FRACTAL_FIRST_STAGE_RECALL within "
-        "its memory budget, for each of the three that is not set explicitly (bundles "
-        "without the measurement keep the settings)",
+        "its memory budget, for each of the three that is not set explicitly, and the coarse "
+        "route's measured beam unless coarse_ef_search is set (bundles without the "
+        "measurement keep the settings)",
     )
     first_stage_recall: float = Field(
         0.95,
@@ -181,6 +182,16 @@ class StorageSettings(BaseSettings):
             return None
         measured = manifest.evaluation.get("shortlist", {}).get("first_stage", {})
         choice = measured.get("choices", {}).get(str(self.first_stage_recall))
+        return choice if isinstance(choice, dict) else None
+
+    def measured_coarse_beam(self, manifest: Manifest) -> dict | None:
+        """The bundle's measured coarse beam for the graphs' storage (its ``ef_search`` and
+        what it measured, :mod:`index.coarse_beam`) when ``first_stage`` is ``bundle``; None
+        otherwise, or when the bundle recorded none for that storage."""
+        if self.first_stage != "bundle":
+            return None
+        measured = manifest.evaluation.get("shortlist", {}).get("coarse_beam", {})
+        choice = measured.get("choices", {}).get(self.for_bundle(manifest).hnsw_storage)
         return choice if isinstance(choice, dict) else None
 
     def for_bundle(self, manifest: Manifest) -> StorageSettings:

@@ -59,6 +59,16 @@ class FirstStage:
 
 
 @dataclass(frozen=True)
+class CoarseBeam:
+    """The HNSW beam coarse queries walk with, where it comes from (``settings``, ``bundle``
+    or ``hnsw_ef_search``), and the bundle's measurement when that is the source."""
+
+    ef_search: int
+    source: str
+    measured: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Resolutions:
     """The dimensions the service embeds at (``prefix_dims``) and searches at."""
 
@@ -69,6 +79,7 @@ class Resolutions:
     indexed_dims: list[int]
     fragment_dim: int | None
     first_stage: FirstStage
+    coarse_beam: CoarseBeam
 
 
 @dataclass(frozen=True)
@@ -475,6 +486,7 @@ class Runtime:
                 indexed_dims=self.searcher.dimensions,
                 fragment_dim=self.collection.fragment_dim,
                 first_stage=self._first_stage(),
+                coarse_beam=CoarseBeam(*self.settings.coarse_beam(manifest)),
             ),
             auto_routing=AutoRouting(
                 heads=self.router.has_heads,

@@ -135,7 +135,7 @@ class Searcher:
         self.router = router
         self.default_k = settings.default_k
         self.c2f_factor = settings.c2f_factor
-        self.coarse_ef_search = settings.coarse_ef_search
+        self.coarse_ef_search, _, _ = settings.coarse_beam(manifest)
         self.shortlist_dim = settings.shortlist_dim(manifest)
         self.layout = collection.layout
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.

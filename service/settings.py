@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import NoDecode
 from redis.connection import parse_url
 
+from bundle import Manifest
 from encoding.cores import available_cores
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW
 from index.settings import ENV_PREFIX as ENV_PREFIX  # re-exported: the settings doc reads it
@@ -141,7 +142,8 @@ class Settings(StorageSettings):
         None,
         ge=1,
         description="HNSW beam width of coarse queries (their task, same-domain hits, is "
-        "reached by a narrower walk than fine recall); unset = hnsw_ef_search",
+        "reached by a narrower walk than fine recall); unset = the bundle's measured beam with "
+        "first_stage=bundle, else hnsw_ef_search",
     )
     auto_fine_threshold: float = Field(
         0.5,
@@ -260,6 +262,18 @@ class Settings(StorageSettings):
                 "or the largest allowed request could never be queued"
             )
         return self
+
+    def coarse_beam(self, manifest: Manifest) -> tuple[int, str, dict | None]:
+        """The beam coarse queries walk with, where it comes from (``settings``:
+        ``coarse_ef_search``; ``bundle``: the export's measured beam, see
+        :meth:`measured_coarse_beam`; ``hnsw_ef_search``: the common beam), and the bundle's
+        measurement when it is the source."""
+        if self.coarse_ef_search is not None:
+            return self.coarse_ef_search, "settings", None
+        measured = self.measured_coarse_beam(manifest)
+        if measured is not None:
+            return int(measured["ef_search"]), "bundle", measured
+        return self.for_bundle(manifest).hnsw_ef_search, "hnsw_ef_search", None
 
     @property
     def requires_keys(self) -> bool:

@@ -123,6 +123,11 @@ def run_finetune(
         fragment_dim=config.fragment_dim,
         with_heads=False,
         overwrite=overwrite,
-        shortlist=measure_shortlist(train_vectors, test_vectors, dims),
+        shortlist=measure_shortlist(
+            train_vectors,
+            test_vectors,
+            dims,
+            domains=(data.splits.train.labels[:, 0], data.splits.test.labels[:, 0]),
+        ),
     )
     return out / "bundle"

@@ -46,11 +46,13 @@ def measure_head_shortlist(
     data: PreparedData, head: FractalHead, prefix_dims: list[int]
 ) -> ShortlistMeasurement:
     """C2F's recall per prefix with the head's embeddings, the training split as the corpus and
-    the test split as the queries, and the shortlist prefix it chooses for the bundle."""
+    the test split as the queries, and the shortlist prefix it chooses for the bundle (with the
+    first stage and the coarse beam, measured on the splits' coarse labels)."""
     return measure_shortlist(
         embed_features(head, data.train_features),
         embed_features(head, data.test_features),
         prefix_dims,
+        domains=(data.splits.train.labels[:, 0], data.splits.test.labels[:, 0]),
     )
 
 

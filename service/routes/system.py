@@ -50,6 +50,18 @@ class FirstStage(FromAttributes):
     )
 
 
+class CoarseBeam(FromAttributes):
+    ef_search: int = Field(description="The HNSW beam width coarse queries walk with.")
+    source: Literal["settings", "bundle", "hnsw_ef_search"] = Field(
+        description="settings: FRACTAL_COARSE_EF_SEARCH; bundle: the export's measured beam for "
+        "the graphs' storage (FRACTAL_FIRST_STAGE=bundle); hnsw_ef_search: the common beam."
+    )
+    measured: dict[str, Any] | None = Field(
+        description="With source bundle: the measured choice (storage, efSearch, same-domain "
+        "precision@10, p50 and p99 µs, on the export's corpus); else null."
+    )
+
+
 class Resolutions(FromAttributes):
     dim: int
     prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
@@ -64,6 +76,7 @@ class Resolutions(FromAttributes):
     indexed_dims: list[int] = Field(description="Dimensions /search has indexes for.")
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
     first_stage: FirstStage = Field(description="C2F's first stage in use.")
+    coarse_beam: CoarseBeam = Field(description="The coarse route's graph walk.")
 
 
 class AutoRouting(FromAttributes):

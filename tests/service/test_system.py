@@ -63,6 +63,7 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
             "source": "settings", "shortlist_dim": 64, "hnsw_storage": "flat", "hnsw_m": 32,
             "measured": None,
         },
+        "coarse_beam": {"ef_search": 128, "source": "hnsw_ef_search", "measured": None},
     }  # fmt: skip
     assert info["auto_routing"] == {
         "heads": True, "policy": "thresholds", "fine_threshold": 0.5, "coarse_threshold": 0.5

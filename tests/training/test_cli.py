@@ -167,6 +167,10 @@ def test_run_trains_evaluates_and_exports_a_bundle_and_its_fast_twin(
         "coarse": 64, "fine": 256, "shortlist": shortlist["shortlist_dim"]
     }
     assert manifest.shortlist_dim in manifest.prefix_dims
+    # The coarse route's beam, measured on the run's domains at the coarse prefix.
+    beam = shortlist["coarse_beam"]
+    assert (beam["dim"], beam["documents"], beam["queries"]) == (64, 600, 120)
+    assert set(beam["choices"]) == {"flat", "sq8", "sq4"} and 0 < beam["exact_precision"] <= 1
     assert manifest.onnx_max_abs_diff < 1e-3
     assert [level.name for level in manifest.hierarchy] == ["domain", "intent"]
     assert len(manifest.hierarchy[1].labels) == 150
@@ -174,7 +178,8 @@ def test_run_trains_evaluates_and_exports_a_bundle_and_its_fast_twin(
     assert set(report["methods"]) == {"raw", "v5", "mrl"}
     for name in ("report.md", "accuracy_by_prefix.png", "workload.png"):
         assert (out / "bundle" / name).is_file()
-    assert "## C2F shortlist" in (out / "bundle" / "report.md").read_text(encoding="utf-8")
+    written = (out / "bundle" / "report.md").read_text(encoding="utf-8")
+    assert "## C2F shortlist" in written and "## Coarse beam" in written
     # The auto router, fitted on the join construction over v5-seed42's 60 held-out rows.
     router = load_router(out / "bundle", manifest)
     assert router is not None and ROUTER_FILE in manifest.files

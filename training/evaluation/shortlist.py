@@ -17,7 +17,10 @@ Beside that exact measurement, the export measures the first stage as the servic
 codes, at degree 16 or 32, shortlisting for the native re-rank, timed per query on one thread.
 The fastest candidate reaching each recall floor within the memory budget is recorded with the
 whole table (``evaluation.shortlist.first_stage`` in the manifest); the service applies it with
-``FRACTAL_FIRST_STAGE=bundle``.
+``FRACTAL_FIRST_STAGE=bundle``. Given the texts' coarse labels, it also measures the coarse
+route's beam (:func:`index.coarse_beam.measure_coarse_beam`: the narrowest HNSW efSearch at the
+coarse prefix keeping exact search's same-domain precision, ``evaluation.shortlist.coarse_beam``),
+which the service applies the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from index.coarse_beam import CoarseBeamMeasurement, measure_coarse_beam
 from index.first_stage import FirstStageMeasurement, measure_first_stage
 from training.evaluation.knn import normalize_prefix
 
@@ -66,6 +70,7 @@ class ShortlistMeasurement:
     rows: tuple[ShortlistRow, ...]
     shortlist_dim: int
     first_stage: FirstStageMeasurement | None = None
+    coarse_beam: CoarseBeamMeasurement | None = None
 
     @property
     def reached(self) -> bool:
@@ -88,6 +93,7 @@ class ShortlistMeasurement:
             ],
             "shortlist_dim": self.shortlist_dim,
             **({} if self.first_stage is None else {"first_stage": self.first_stage.to_json()}),
+            **({} if self.coarse_beam is None else {"coarse_beam": self.coarse_beam.to_json()}),
         }
 
     def markdown(self) -> list[str]:
@@ -121,6 +127,8 @@ class ShortlistMeasurement:
             )
         if self.first_stage is not None:
             lines += ["", *self.first_stage.markdown()]
+        if self.coarse_beam is not None:
+            lines += ["", *self.coarse_beam.markdown()]
         return lines
 
 
@@ -147,6 +155,7 @@ def measure_shortlist(
     target: float = RECALL_TARGET,
     chunk: int = QUERY_CHUNK,
     first_stage: bool = True,
+    domains: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ShortlistMeasurement:
     """C2F recall@``k`` of every prefix of ``prefix_dims`` below the full one, for shortlists
     of ``k × factor``, and the chosen shortlist prefix.
@@ -154,7 +163,8 @@ def measure_shortlist(
     ``corpus`` and ``queries`` are full, unnormalised embeddings (``[n, dim]``, ``dim`` the last
     of ``prefix_dims``); every prefix and the full vector are L2-normalised on their own.
     With ``first_stage``, the served first stage is measured too (on the first
-    :data:`FIRST_STAGE_QUERIES` queries).
+    :data:`FIRST_STAGE_QUERIES` queries); with ``domains`` (the corpus's and the queries' coarse
+    labels), the coarse route's beam at the first prefix (on the same queries).
     """
     full_dim = int(prefix_dims[-1])
     if corpus.ndim != 2 or queries.ndim != 2 or corpus.shape[1] != queries.shape[1]:
@@ -206,4 +216,13 @@ def measure_shortlist(
         first_stage=measure_first_stage(corpus, queries[:FIRST_STAGE_QUERIES], prefix_dims)
         if first_stage
         else None,
+        coarse_beam=None
+        if domains is None
+        else measure_coarse_beam(
+            corpus,
+            domains[0],
+            queries[:FIRST_STAGE_QUERIES],
+            domains[1][:FIRST_STAGE_QUERIES],
+            int(prefix_dims[0]),
+        ),
     )
