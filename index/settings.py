@@ -87,8 +87,14 @@ class StorageSettings(BaseSettings):
     )
     first_stage_recall: float = Field(
         0.95,
-        description="the recall@10 floor whose measured first stage bundle applies: 0.95 "
-        "or 0.99 (the floors the export measures)",
+        description="the recall@10 floor whose measured choices apply (first_stage=bundle, "
+        "c2f_tuning=index): 0.95 or 0.99 (the floors measured)",
+    )
+    c2f_tuning: Literal["settings", "index"] = Field(
+        "settings",
+        description="C2F's efSearch and shortlist factor: from hnsw_ef_search and c2f_factor, or "
+        "index: from `fractal tune`'s record in the collection's folder at first_stage_recall, "
+        "for each of the two not set explicitly, while the record's graph is the one served",
     )
     pq_m: int = Field(
         16,

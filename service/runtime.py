@@ -69,6 +69,17 @@ class CoarseBeam:
 
 
 @dataclass(frozen=True)
+class C2fKnobs:
+    """C2F's efSearch and shortlist factor on the default shortlist prefix's graph, where they
+    come from (``settings`` or ``index``), and the tuning record's choice when that is it."""
+
+    ef_search: int
+    factor: int
+    source: str
+    measured: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Resolutions:
     """The dimensions the service embeds at (``prefix_dims``) and searches at."""
 
@@ -80,6 +91,7 @@ class Resolutions:
     fragment_dim: int | None
     first_stage: FirstStage
     coarse_beam: CoarseBeam
+    c2f: C2fKnobs
 
 
 @dataclass(frozen=True)
@@ -471,6 +483,12 @@ class Runtime:
             measured=measured,
         )
 
+    def _c2f_knobs(self) -> C2fKnobs:
+        walk = self.searcher.c2f_walk
+        common = self.settings.for_bundle(self.manifest).hnsw_ef_search
+        ef_search = common if walk.ef_search is None else walk.ef_search
+        return C2fKnobs(ef_search, walk.factor, walk.source, walk.measured)
+
     def info(self) -> ServiceInfo:
         stats = self.refresh_gauges()
         manifest = self.manifest
@@ -487,6 +505,7 @@ class Runtime:
                 fragment_dim=self.collection.fragment_dim,
                 first_stage=self._first_stage(),
                 coarse_beam=CoarseBeam(*self.settings.coarse_beam(manifest)),
+                c2f=self._c2f_knobs(),
             ),
             auto_routing=AutoRouting(
                 heads=self.router.has_heads,

@@ -27,6 +27,7 @@ and back (:meth:`service.runtime.Runtime.search`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ import numpy as np
 from bundle import COARSE, FINE, Manifest
 from index import Hit, SearchResult
 from index.backend import IndexBackend
+from index.embedded import Collection
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
+from index.search_tuning import served_graph
 from index.types import Filtering
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
@@ -45,6 +48,19 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 AUTO = "auto"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class C2fWalk:
+    """How C2F walks the graph at the default shortlist prefix: its efSearch (None: the graph's
+    common beam) and shortlist factor, from the settings or from ``fractal tune``'s record
+    (``source`` ``index``, with the record's choice as ``measured``)."""
+
+    ef_search: int | None
+    factor: int
+    source: str
+    measured: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -138,12 +154,36 @@ class Searcher:
         self.coarse_ef_search, _, _ = settings.coarse_beam(manifest)
         self.shortlist_dim = settings.shortlist_dim(manifest)
         self.layout = collection.layout
+        self.c2f_walk = self._c2f_walk(settings)
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
         self.metrics = metrics
         self._routes: dict[tuple[str, int, str, str, str, int], QueryPath] = {}
         """Each route decided so far, by granularity and the plan options it depends on (a
         bounded set: the kinds, scorings, shortlist prefixes and k the requests may name)."""
+
+    def _c2f_walk(self, settings: Settings) -> C2fWalk:
+        """C2F's knobs on the collection's graph at the shortlist prefix (see
+        :meth:`service.settings.Settings.c2f_walk`); an unreadable tuning record is logged and
+        the settings apply."""
+        collection, folder, graph = self.collection, None, None
+        if isinstance(collection, Collection):
+            folder = collection.path
+            if "hnsw" in self.layout.get(self.shortlist_dim, ()):
+                graph = served_graph(collection, self.shortlist_dim)
+        try:
+            return C2fWalk(*settings.c2f_walk(folder, graph))
+        except ValueError as exc:
+            log.warning("C2F tuning not applied: %s", exc)
+            return C2fWalk(None, settings.c2f_factor, "settings", None)
+
+    def _c2f_knobs(self, shortlist_dim: int, index: str) -> tuple[int, int | None]:
+        """The shortlist factor and efSearch of a C2F search shortlisting at ``shortlist_dim``
+        with ``index``: the walk's on the default prefix's graph, else the settings' factor
+        and the common beam."""
+        if (shortlist_dim, index) == (self.shortlist_dim, "hnsw"):
+            return self.c2f_walk.factor, self.c2f_walk.ef_search
+        return self.c2f_factor, None
 
     @property
     def dimensions(self) -> list[int]:
@@ -235,7 +275,7 @@ class Searcher:
                 "c2f",
                 "cosine",
                 shortlist_dimension=plan.shortlist_dim,
-                shortlist_k=plan.k * self.c2f_factor,
+                shortlist_k=plan.k * self._c2f_knobs(plan.shortlist_dim, plan.index)[0],
             )
         dimension = self.manifest.granularity[granularity]
         return QueryPath(granularity, dimension, plan.index, "none", plan.scoring)
@@ -243,12 +283,14 @@ class Searcher:
     def _search(self, route: QueryPath, vectors: np.ndarray, plan: SearchPlan) -> SearchResult:
         if route.rerank == "c2f":
             assert route.shortlist_dimension is not None
+            factor, ef_search = self._c2f_knobs(route.shortlist_dimension, route.index)
             return self.collection.search_c2f(
                 vectors,
                 plan.k,
                 route.shortlist_dimension,
-                self.c2f_factor,
+                factor,
                 route.index,
+                ef_search=ef_search,
                 where=plan.where,
                 contents=True,
             )

@@ -17,6 +17,7 @@ from redis.connection import parse_url
 from bundle import Manifest
 from encoding.cores import available_cores
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW
+from index.search_tuning import Graph, applicable_choice
 from index.settings import ENV_PREFIX as ENV_PREFIX  # re-exported: the settings doc reads it
 from index.settings import StorageSettings, describe_settings_error, split_list
 
@@ -274,6 +275,25 @@ class Settings(StorageSettings):
         if measured is not None:
             return int(measured["ef_search"]), "bundle", measured
         return self.for_bundle(manifest).hnsw_ef_search, "hnsw_ef_search", None
+
+    def c2f_walk(
+        self, folder: Path | None, graph: Graph | None
+    ) -> tuple[int | None, int, str, dict | None]:
+        """C2F's efSearch on ``graph`` (None: the graph's common beam) and shortlist factor,
+        where they come from (``index``: ``fractal tune``'s record in ``folder``, see
+        :func:`index.search_tuning.applicable_choice`; ``settings``), and the record's choice
+        when it is the source. An unreadable record is a :class:`ValueError`."""
+        if self.c2f_tuning != "index" or graph is None:
+            return None, self.c2f_factor, "settings", None
+        choice = applicable_choice(folder, graph, self.first_stage_recall)
+        if choice is None:
+            return None, self.c2f_factor, "settings", None
+        explicit = self.model_fields_set
+        if {"hnsw_ef_search", "c2f_factor"} <= explicit:
+            return None, self.c2f_factor, "settings", None
+        ef = None if "hnsw_ef_search" in explicit else int(choice["ef_search"])
+        factor = self.c2f_factor if "c2f_factor" in explicit else int(choice["factor"])
+        return ef, factor, "index", choice
 
     @property
     def requires_keys(self) -> bool:

@@ -15,10 +15,11 @@
     fractal embed corpus.jsonl --bundle bundles/identity --out shards/ --ray  # … on Ray Data
     fractal import shards/ --bundle bundles/identity --index-dir fractal-index
     fractal check fractal-index                # every stored document against its checksum
+    fractal tune fractal-index --bundle bundles/identity  # C2F's efSearch and factor, measured
 
-The bulk commands (``ingest``, ``embed``, ``import``) are :mod:`bulk.cli`'s and ``check`` is
-:mod:`bulk.check`'s: this parser adds them, and passes ``fractal ingest --dataset`` the documents
-of a named dataset.
+The bulk commands (``ingest``, ``embed``, ``import``) are :mod:`bulk.cli`'s, ``check`` is
+:mod:`bulk.check`'s and ``tune`` :mod:`bulk.tune`'s: this parser adds them, and passes
+``fractal ingest --dataset`` the documents of a named dataset.
 
 Bad input ends with ``error: …`` on stderr and exit status 2, never a traceback. ``fractal ingest
 FILE`` ends with exit status 1 when it rejected rows (listed on stderr) and stored the others;
@@ -35,6 +36,7 @@ from pathlib import Path
 from bulk.check import add_check_command
 from bulk.cli import add_embed_command, add_import_command, add_ingest_command, name_list
 from bulk.errors import BulkError
+from bulk.tune import add_tune_command
 from bundle import ABLATION_OBJECTIVES, FINETUNE_OBJECTIVES, MANIFEST_FILE, check_out_dir
 from training.errors import FractalError, bundle_errors_as_fractal
 from training.train_config import HEAD_OBJECTIVES, PAPER_SEEDS, TrainConfig
@@ -674,6 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_embed_command(commands)
     add_import_command(commands)
     add_check_command(commands)
+    add_tune_command(commands)
     return parser
 
 

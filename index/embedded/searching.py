@@ -38,6 +38,29 @@ class Searching(FilterPlanning):
         """Which of these ids are stored (one query, no text, metadata or vector read)."""
         return self._store.present(doc_ids)
 
+    def sample_vectors(self, count: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
+        """Up to ``count`` stored documents drawn at random (``seed``): their ids and full unit
+        vectors (float32), as a measurement's queries."""
+        with self._lock.read():
+            rows = self._store.live_row_ids()
+            rows = rows[: int(np.searchsorted(rows, self._vectors.written_rows))]
+            if len(rows) > count:
+                rows = np.sort(np.random.default_rng(seed).choice(rows, count, replace=False))
+            named = self._store.named(rows.tolist(), False)
+            return [str(doc_id) for doc_id, _ in named], self._vectors.gather(rows)
+
+    def search_exact(self, query_vectors: np.ndarray, k: int) -> SearchResult:
+        """The exact top-``k`` by full-dimension cosine over every stored document, scored from
+        the full vectors whatever indexes exist (a scan of them all: a measurement's truth, not
+        a serving path)."""
+        full = unit_rows(as_matrix(query_vectors, (self.dim,), "query_vectors"))
+        k = check_count(k, "k")
+        with self._lock.read():
+            started = time.perf_counter()
+            scores, rows = self._exact_subset(full, k, self._store.live_row_ids(), None)
+            timings: Timings = {"search": time.perf_counter() - started}
+            return SearchResult(self._hits(scores, rows, False), timings, None)
+
     def _hits(self, scores: np.ndarray, rows: np.ndarray, contents: bool) -> list[list[Hit]]:
         """Hits per query from FAISS's ``(queries, k)`` score and row matrices, named (and with
         ``contents``, given their text and metadata) from one store query for every query's

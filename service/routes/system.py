@@ -62,6 +62,20 @@ class CoarseBeam(FromAttributes):
     )
 
 
+class C2fKnobs(FromAttributes):
+    ef_search: int = Field(description="The HNSW beam width of C2F's walk at the shortlist prefix.")
+    factor: int = Field(description="C2F's shortlist size is k × factor.")
+    source: Literal["settings", "index"] = Field(
+        description="settings: FRACTAL_HNSW_EF_SEARCH and FRACTAL_C2F_FACTOR; index: `fractal "
+        "tune`'s record for the served graph (FRACTAL_C2F_TUNING=index), for what the "
+        "environment does not set."
+    )
+    measured: dict[str, Any] | None = Field(
+        description="With source index: the recorded choice (efSearch, factor, recall, p50 and "
+        "p99 µs, and the documents the collection held when measured); else null."
+    )
+
+
 class Resolutions(FromAttributes):
     dim: int
     prefix_dims: list[int] = Field(description="Dimensions /embed and /v1/embeddings serve.")
@@ -77,6 +91,7 @@ class Resolutions(FromAttributes):
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")
     first_stage: FirstStage = Field(description="C2F's first stage in use.")
     coarse_beam: CoarseBeam = Field(description="The coarse route's graph walk.")
+    c2f: C2fKnobs = Field(description="C2F's walk and shortlist on the default collection.")
 
 
 class AutoRouting(FromAttributes):

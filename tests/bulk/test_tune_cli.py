@@ -1,0 +1,80 @@
+"""``fractal tune``: a real index folder measured as the service serves it, from stored
+documents or from a file of query texts encoded with the bundle; the record lands in the
+collection's folder; bad input is one ``error:`` line and status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from index.search_tuning import EF_VALUES, FACTORS, TUNING_FILE
+from tests.service.helpers import add_documents, make_settings, serve
+from training.cli import main as fractal
+
+TEXTS = [f"document {n} about topic {n % 11} in colour {n % 5}" for n in range(300)]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tiny_bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An index folder with 300 documents, as the service with its default settings left it."""
+    folder = tmp_path_factory.mktemp("tune-index")
+    with serve(make_settings(tiny_bundle_dir, folder)) as client:
+        add_documents(client, TEXTS)
+    return folder
+
+
+def _record(index_dir: Path) -> dict:
+    return json.loads((index_dir / TUNING_FILE).read_text())
+
+
+def test_stored_documents_as_queries(
+    index_dir: Path, tiny_bundle_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tune", str(index_dir), "--bundle", str(tiny_bundle_dir), "--sample", "30"]
+    assert fractal([*argv, "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "C2F on the served 64-d flat M32 graph, 300 documents, 30 queries" in printed
+    assert f"recorded in {index_dir / TUNING_FILE}" in printed
+    record = _record(index_dir)
+    assert record["graph"] == {"dim": 64, "storage": "flat", "m": 32, "documents": 300}
+    assert record["query_source"].startswith("stored documents")
+    assert len(record["points"]) == len(EF_VALUES) * len(FACTORS)
+    assert set(record["choices"]) == {"0.95", "0.99"}
+
+
+def test_query_texts_from_a_file(
+    index_dir: Path, tiny_bundle_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queries = tmp_path / "queries.txt"
+    queries.write_text("topic 3 in colour 2\n\n  document about topic 7  \n")
+    argv = ["tune", str(index_dir), "--bundle", str(tiny_bundle_dir), "--queries", str(queries)]
+    assert fractal([*argv, "--no-progress"]) == 0
+    assert "300 documents, 2 queries (given texts)" in capsys.readouterr().out
+    assert _record(index_dir)["queries"] == 2
+
+
+def test_bad_input_is_one_error_line(
+    index_dir: Path, tiny_bundle_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    bundle = ["--bundle", str(tiny_bundle_dir), "--no-progress"]
+    cases = {
+        "no such index folder": ["tune", str(tmp_path / "missing"), *bundle],
+        "no queries (one text per line)": [
+            "tune",
+            str(index_dir),
+            *bundle,
+            "--queries",
+            str(empty),
+        ],
+        "no collection 'news'": ["tune", str(index_dir), *bundle, "--collection", "news"],
+        "--sample must be at least 1": ["tune", str(index_dir), *bundle, "--sample", "0"],
+    }
+    for message, argv in cases.items():
+        capsys.readouterr()
+        assert fractal(argv) == 2, message
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("error: ") and message in error[0]
