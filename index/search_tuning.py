@@ -6,7 +6,8 @@ how wide the walk must be, and how long the shortlist, grow with the collection:
 reaches recall@10 0.95 on 50,000 documents falls short at a million. So this sweeps the served
 graph itself: for every (efSearch, factor) of a grid, the collection's own ``search_c2f`` (the
 native funnel, hits named with their contents, as the service calls it) answers each query on
-one thread; recall@k is against exact full-dimension search over every stored document.
+one thread, after one untimed pass at the widest setting warms the page cache; recall@k is
+against exact full-dimension search over every stored document.
 
 The queries are texts the caller gives (encoded with the bundle), or stored documents drawn at
 random; a document's own row is then taken out of both its answer and its truth, which still
@@ -154,6 +155,11 @@ def measure_search_tuning(
     faiss.omp_set_num_threads(1)
     points: list[TuningPoint] = []
     try:
+        # Untimed, the widest walk and shortlist first: the pages any point reads are in the
+        # page cache before the first is timed, as in a service that has been serving.
+        collection.search_c2f(
+            queries, K + extra, shortlist_dim, max(factors), "hnsw", ef_search=max(ef_values)
+        )
         for ef in ef_values:
             for factor in factors:
                 found = collection.search_c2f(
