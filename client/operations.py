@@ -16,6 +16,7 @@ the service's answer is the only judge.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from itertools import islice
 from typing import Any, Literal
@@ -25,7 +26,7 @@ import httpx
 
 from client.errors import RequestRefused
 from client.operation import operation
-from client.plans import Interrupted, Plan, Request, in_parallel, send
+from client.plans import Plan, Request, in_parallel, send
 from client.results import Collection, Document, Embeddings, SearchResult
 
 Granularity = Literal["coarse", "fine", "auto"]
@@ -197,44 +198,53 @@ class Operations:
         ``max_texts``), ``concurrency`` batches in flight; the ids the service acknowledged, in
         the order of ``documents``. A document is a text or ``{"text", "id"?, "metadata"?}``;
         ``documents`` may be any iterable, read as the batches go (``total`` sizes the progress
-        bar of one without a length).
+        bar of one without a length). ``progress`` (a callable) and ``on_reject`` are called
+        one at a time, from the client's worker threads on the synchronous client.
 
-        Without ``on_reject`` a refused batch raises :class:`~client.errors.RequestRefused`;
-        no batch is sent after it, those in flight are finished, and the error's
-        ``stored_ids`` maps the position of every document stored to its id (so does a
-        transport error's). ``progress``, when a callable, may be called from the client's
-        worker threads.
+        Without ``on_reject`` a refused batch raises :class:`~client.errors.RequestRefused`.
         With it, a batch refused with 422 or 413 is narrowed down (see the module docstring):
         ``on_reject(position, message)`` for each document at fault (its position in
         ``documents``), the others are stored, and the ids returned are those of the stored
-        documents alone."""
+        documents alone. Either way, an error stops the ingest: no batch is sent after it, those
+        in flight are finished, and the error (a refusal, a transport error, or one raised
+        while reading ``documents``) carries ``stored_ids``, the id of every document stored,
+        by position."""
         path = self._documents(collection)
         if batch_size is None:
             batch_size = yield from _max_texts(self)
         size = batch_size
-        with _progress_bar(progress, documents, total, "ingest") as advance:
+        acknowledged: dict[int, str] = {}
+        lock = threading.Lock()
+        with _progress_bar(progress, documents, total, "ingest") as shown:
 
-            def store(start: int, batch: list[dict[str, Any]]) -> Plan[dict[int, str]]:
+            def settle(stored: dict[int, str], settled: int) -> None:
+                with lock:
+                    acknowledged.update(stored)
+                    shown(settled)
+
+            def reject(position: int, message: str) -> None:
+                assert on_reject is not None
+                with lock:
+                    on_reject(position, message)
+                    shown(1)
+
+            def store(start: int, batch: list[dict[str, Any]]) -> Plan[None]:
                 positions = list(range(start, start + len(batch)))
                 if on_reject is None:
                     ids = (yield from send(_write(path, batch))).json()["ids"]
-                    advance(len(batch))
-                    return dict(zip(positions, ids, strict=True))
-                return (yield from _store_narrowing(path, batch, positions, advance, on_reject))
+                    settle(dict(zip(positions, ids, strict=True)), len(batch))
+                else:
+                    yield from _store_narrowing(path, batch, positions, settle, reject)
 
             try:
-                stored = yield from in_parallel(
+                yield from in_parallel(
                     (store(start, batch) for start, batch in _batches(documents, size)),
                     concurrency,
                 )
-            except Interrupted as stop:
-                stop.error.stored_ids = {  # type: ignore[attr-defined]
-                    position: doc_id
-                    for part in stop.finished.values()
-                    for position, doc_id in part.items()
-                }
-                raise stop.error from None
-        return [doc_id for part in stored for _, doc_id in sorted(part.items())]
+            except BaseException as error:
+                error.stored_ids = dict(sorted(acknowledged.items()))  # type: ignore[attr-defined]
+                raise
+        return [acknowledged[position] for position in sorted(acknowledged)]
 
     @operation
     def add_vectors(
@@ -385,20 +395,19 @@ def _store_narrowing(
     path: str,
     batch: list[dict[str, Any]],
     positions: list[int],
-    advance: Callable[[int], None],
-    on_reject: Callable[[int, str], None],
-) -> Plan[dict[int, str]]:
+    settle: Callable[[dict[int, str], int], None],
+    reject: Callable[[int, str], None],
+) -> Plan[None]:
     """Store ``batch`` (at ``positions`` of the caller's documents), setting aside those the
-    service refuses; the stored ids by position."""
+    service refuses: ``settle(ids by position, count)`` for each part stored, ``reject(position,
+    message)`` for each document at fault."""
     by_position = dict(zip(positions, batch, strict=True))
-    stored: dict[int, str] = {}
     pending = [positions]
     while pending:
         part = pending.pop()
         [answer] = yield [_write(path, [by_position[position] for position in part])]
         if answer.status_code < 400:
-            stored.update(zip(part, answer.json()["ids"], strict=True))
-            advance(len(part))
+            settle(dict(zip(part, answer.json()["ids"], strict=True)), len(part))
             continue
         refused = RequestRefused(answer)
         if refused.status_code not in NARROWED_STATUSES:
@@ -410,12 +419,10 @@ def _store_narrowing(
             continue
         # The answer may list problems of later documents too: keep this one's.
         first = refused.message.split("; documents.")[0]
-        on_reject(part[at_fault], first.replace(f"documents.{at_fault}.", ""))
-        advance(1)
+        reject(part[at_fault], first.replace(f"documents.{at_fault}.", ""))
         rest = part[:at_fault] + part[at_fault + 1 :]
         if rest:
             pending.append(rest)
-    return stored
 
 
 class _progress_bar:  # noqa: N801 (a context manager used like a function)

@@ -57,17 +57,6 @@ Plan = Generator[Step, Any, T]
 :class:`httpx.Response` for a list of requests, a list of results for a :class:`Fanout`)."""
 
 
-class Interrupted(Exception):
-    """A :class:`Fanout` stopped because one of its plans raised ``error``: ``finished`` holds
-    the results of the plans that ended before or alongside it, by their position. No plan
-    was started after the error; those running when it came were run to their end."""
-
-    def __init__(self, error: BaseException, finished: dict[int, Any]) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.finished = finished
-
-
 def send(request: Request) -> Plan[httpx.Response]:
     """One request; its answer, or :class:`~client.errors.RequestRefused`."""
     [answer] = yield [request]
@@ -77,6 +66,7 @@ def send(request: Request) -> Plan[httpx.Response]:
 def in_parallel(plans: Iterable[Plan[T]], width: int) -> Plan[list[T]]:
     """Run ``plans`` with up to ``width`` of them in flight, each at its own pace: a plan is
     started (``plans`` is read lazily) as soon as another ends. Their results, in the order of
-    ``plans``; :class:`Interrupted` if one raises."""
+    ``plans``. When one raises (or reading ``plans`` does), no plan is started after it, those
+    running are run to their end, and the first error is raised."""
     results: list[T] = yield Fanout(plans, max(width, 1))
     return results

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 
-from client.plans import Fanout, Interrupted, Plan, Request, Step
+from client.plans import Fanout, Plan, Request, Step
 from client.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -91,9 +91,9 @@ class _Fanning(Generic[T, F]):
                 self._error = error
 
     def outcome(self) -> list[T]:
-        """The results in order; :class:`~client.plans.Interrupted` after an error."""
+        """The results in order; the first error, raised, after one."""
         if self._error is not None:
-            raise Interrupted(self._error, self._finished)
+            raise self._error
         return [self._finished[position] for position in sorted(self._finished)]
 
 
@@ -147,9 +147,14 @@ class SyncTransport(_Scoped):
         if not isinstance(step, Fanout):
             return self._send_all(step)
         fanning: _Fanning[Any, Future[Any]] = _Fanning(step)
-        with ThreadPoolExecutor(step.width) as pool:
+        pool = ThreadPoolExecutor(step.width)
+        try:
             while fanning.fill(lambda plan: pool.submit(self.run, plan)):
                 fanning.settle(wait(list(fanning.running), return_when=FIRST_COMPLETED).done)
+        except BaseException:  # interrupted (Ctrl-C): no wait for the requests in flight
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return fanning.outcome()
 
     def _send_all(self, requests: list[Request]) -> list[httpx.Response]:
@@ -243,9 +248,10 @@ class AsyncTransport(_Scoped):
             while fanning.fill(lambda plan: asyncio.ensure_future(self.run(plan))):
                 done, _ = await asyncio.wait(list(fanning.running), return_when=FIRST_COMPLETED)
                 fanning.settle(done)
-        except BaseException:  # cancelled: so are the plans it started
+        except BaseException:  # cancelled: so are the plans it started, before it ends
             for task in fanning.running:
                 task.cancel()
+            await asyncio.gather(*fanning.running, return_exceptions=True)
             raise
         return fanning.outcome()
 

@@ -14,8 +14,10 @@ random; a document's own row is then taken out of both its answer and its truth,
 flatters the graph a little (the query is a node of it, well linked to its neighbours).
 
 The choice per recall floor is the fastest point (p50) that reaches it; none when no point does.
-The record (:data:`TUNING_FILE` in the collection's folder) names the graph it was measured on;
-the service applies it only while it serves that graph (:func:`applicable_choice`).
+The record (:data:`TUNING_FILE` in the collection's folder) names the graph it was measured on
+and the documents it held; the service applies it only while it serves that graph
+(:func:`applicable_choice`), and warns when the collection has since grown or shrunk past
+:data:`DRIFT`-fold.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ EF_VALUES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 FACTORS = (2, 4, 8)
 TIMED_QUERIES = 300
 """Queries timed one by one per point (recall uses them all)."""
+DRIFT = 2.0
+"""How many times larger or smaller than when it was measured a collection may be before the
+service warns that its tuning is stale."""
 
 
 @dataclass(frozen=True)
@@ -117,15 +122,16 @@ class SearchTuning:
 
 
 def served_graph(collection: Collection, shortlist_dim: int) -> Graph:
-    """The HNSW graph C2F walks in ``collection`` at ``shortlist_dim`` (:class:`ValueError`
-    when there is none)."""
-    if "hnsw" not in collection.layout.get(shortlist_dim, ()):
+    """The HNSW graph C2F walks in ``collection`` at ``shortlist_dim``, storing what it stores
+    now (an SQ graph stays float32 until it has trained its codes); :class:`ValueError` when
+    there is none."""
+    storage = collection.graph_storage(shortlist_dim)
+    if storage is None:
         raise ValueError(
             f"the collection has no HNSW graph at the shortlist prefix {shortlist_dim}: "
             "nothing to tune"
         )
-    hnsw = collection.hnsw
-    return Graph(shortlist_dim, hnsw.storage, hnsw.m, collection.stats().documents)
+    return Graph(shortlist_dim, storage, collection.hnsw.m, collection.stats().documents)
 
 
 def measure_search_tuning(
@@ -235,3 +241,10 @@ def applicable_choice(folder: Path | None, graph: Graph, floor: float) -> dict[s
     if measured != (graph.dim, graph.storage, graph.m) or not isinstance(choice, dict):
         return None
     return {**choice, "documents": documents}
+
+
+def drifted(measured_documents: int, documents: int) -> bool:
+    """Whether a collection of ``documents`` is more than :data:`DRIFT` times larger or smaller
+    than the ``measured_documents`` its tuning was measured on."""
+    low, high = sorted((max(measured_documents, 1), max(documents, 1)))
+    return high > DRIFT * low

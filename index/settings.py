@@ -193,11 +193,16 @@ class StorageSettings(BaseSettings):
     def measured_coarse_beam(self, manifest: Manifest) -> dict | None:
         """The bundle's measured coarse beam for the graphs' storage (its ``ef_search`` and
         what it measured, :mod:`index.coarse_beam`) when ``first_stage`` is ``bundle``; None
-        otherwise, or when the bundle recorded none for that storage."""
+        otherwise, when the bundle recorded none for that storage, or when it measured another
+        graph (a prefix other than the coarse one, or another degree: a sparser graph needs a
+        wider beam)."""
         if self.first_stage != "bundle":
             return None
+        applied = self.for_bundle(manifest)
         measured = manifest.evaluation.get("shortlist", {}).get("coarse_beam", {})
-        choice = measured.get("choices", {}).get(self.for_bundle(manifest).hnsw_storage)
+        if (measured.get("dim"), measured.get("m")) != (manifest.coarse_dim, applied.hnsw_m):
+            return None
+        choice = measured.get("choices", {}).get(applied.hnsw_storage)
         return choice if isinstance(choice, dict) else None
 
     def for_bundle(self, manifest: Manifest) -> StorageSettings:

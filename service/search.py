@@ -40,7 +40,7 @@ from index import Hit, SearchResult
 from index.backend import IndexBackend
 from index.embedded import Collection
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
-from index.search_tuning import served_graph
+from index.search_tuning import drifted, served_graph
 from index.types import Filtering
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
@@ -165,17 +165,29 @@ class Searcher:
     def _c2f_walk(self, settings: Settings) -> C2fWalk:
         """C2F's knobs on the collection's graph at the shortlist prefix (see
         :meth:`service.settings.Settings.c2f_walk`); an unreadable tuning record is logged and
-        the settings apply."""
+        the settings apply, and a record measured on a collection of a very different size is
+        applied with a warning."""
         collection, folder, graph = self.collection, None, None
-        if isinstance(collection, Collection):
+        wanted = settings.c2f_tuning == "index"
+        if wanted and isinstance(collection, Collection):
             folder = collection.path
             if "hnsw" in self.layout.get(self.shortlist_dim, ()):
                 graph = served_graph(collection, self.shortlist_dim)
         try:
-            return C2fWalk(*settings.c2f_walk(folder, graph))
+            walk = C2fWalk(*settings.c2f_walk(folder, graph))
         except ValueError as exc:
             log.warning("C2F tuning not applied: %s", exc)
             return C2fWalk(None, settings.c2f_factor, "settings", None)
+        measured = (walk.measured or {}).get("documents")
+        if graph is not None and isinstance(measured, int) and drifted(measured, graph.documents):
+            log.warning(
+                "C2F tuning of %s was measured at %d documents and the collection holds %d: "
+                "run fractal tune again",
+                folder,
+                measured,
+                graph.documents,
+            )
+        return walk
 
     def _c2f_knobs(self, shortlist_dim: int, index: str) -> tuple[int, int | None]:
         """The shortlist factor and efSearch of a C2F search shortlisting at ``shortlist_dim``

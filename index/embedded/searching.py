@@ -10,6 +10,7 @@ import numpy as np
 
 from index.checks import check_count
 from index.embedded.filter_plan import FilterPlanning
+from index.embedded.state import IndexSpec
 from index.faiss_indexes import HnswIndex
 from index.filters import Filter
 from index.rerank import rerank
@@ -37,6 +38,18 @@ class Searching(FilterPlanning):
     def present(self, doc_ids: Sequence[str]) -> set[str]:
         """Which of these ids are stored (one query, no text, metadata or vector read)."""
         return self._store.present(doc_ids)
+
+    def graph_storage(self, dim: int) -> str | None:
+        """What the cosine HNSW graph at prefix ``dim`` stores now: ``flat``, or the ``sq8`` /
+        ``sq4`` codes it asks for once they are trained (float32 until enough vectors exist);
+        None without such a graph."""
+        spec = self._specs.get(IndexSpec("cosine", dim, "hnsw").name)
+        if spec is None:
+            return None
+        with self._lock.read():
+            graph = self._indexes[spec.name]
+            assert isinstance(graph, HnswIndex)
+            return graph.params.storage if graph.trained else "flat"
 
     def sample_vectors(self, count: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
         """Up to ``count`` stored documents drawn at random (``seed``): their ids and full unit

@@ -153,20 +153,42 @@ def test_a_refused_batch_stops_the_ingest_and_names_what_was_stored() -> None:
 
 
 def test_a_transport_error_is_raised_inside_the_plan() -> None:
-    closed: list[bool] = []
-
-    def guarded() -> Plan[str]:
+    def falls_back() -> Plan[str]:
         try:
             return (yield from _two_requests("a"))
-        finally:
-            closed.append(True)
+        except httpx.ConnectError:
+            return "fallback"
 
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    with _sync_client(handler) as client, pytest.raises(httpx.ConnectError):
-        client.run(guarded())
-    assert closed == [True]
+    with _sync_client(handler) as client:
+        assert client.run(falls_back()) == "fallback"
+        assert client.run(_fanned([falls_back(), falls_back()], width=2)) == ["fallback"] * 2
+
+
+def test_an_error_reading_the_documents_names_what_was_stored() -> None:
+    """The async client too: the batches before the caller's iterable failed are stored and
+    reported."""
+
+    def documents() -> Iterator[str]:
+        yield from ("t0", "t1", "t2")
+        raise OSError("the corpus file went away")
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, json={"limits": {"max_texts": 2}})
+        texts = [doc["text"] for doc in json.loads(request.content)["documents"]]
+        return httpx.Response(201, json={"ids": [f"id-{text}" for text in texts]})
+
+    async def main() -> None:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=BASE)
+        async with AsyncFractalClient(http) as client:
+            await client.add_documents(documents(), concurrency=1)
+
+    with pytest.raises(OSError, match="went away") as stopped:
+        asyncio.run(main())
+    assert stopped.value.stored_ids == {0: "id-t0", 1: "id-t1"}  # type: ignore[attr-defined]
 
 
 def test_a_refusal_raises_with_the_services_message() -> None:

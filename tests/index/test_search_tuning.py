@@ -102,3 +102,15 @@ def test_the_record_applies_only_to_the_graph_it_measured(
 def test_a_prefix_without_a_graph_has_nothing_to_tune(collection: Collection) -> None:
     with pytest.raises(ValueError, match="no HNSW graph at the shortlist prefix 32"):
         served_graph(collection, DIM)
+
+
+@pytest.mark.parametrize(("train_size", "stores"), [(10_000, "flat"), (1_000, "sq8")])
+def test_the_graph_is_named_by_what_it_stores(
+    tmp_path: Path, rng: np.random.Generator, train_size: int, stores: str
+) -> None:
+    """An SQ8 graph stays float32 until enough vectors exist to learn its codes."""
+    params = HnswParams(m=8, ef_construction=40, storage="sq8", sq_train_size=train_size)
+    with Collection(tmp_path, DIM, (PREFIX, DIM), ("hnsw",), hnsw=params) as small:
+        ids = [f"doc-{n}" for n in range(1500)]
+        small.upsert(ids, ids, rng.standard_normal((1500, DIM)).astype(np.float32))
+        assert served_graph(small, PREFIX) == Graph(PREFIX, stores, 8, 1500)

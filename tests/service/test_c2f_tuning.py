@@ -16,10 +16,12 @@ TEXTS = [f"document {n} about topic {n % 7}" for n in range(60)]
 CHOICE = {"ef_search": 21, "factor": 3, "recall": 0.97, "p50_us": 90.0, "p99_us": 140.0}
 
 
-def _record(index_dir: Path, storage: str = "flat", text: str | None = None) -> None:
+def _record(
+    index_dir: Path, storage: str = "flat", text: str | None = None, documents: int = 60
+) -> None:
     index_dir.mkdir(parents=True, exist_ok=True)
     record = {
-        "graph": {"dim": 64, "storage": storage, "m": 32, "documents": 60},
+        "graph": {"dim": 64, "storage": storage, "m": 32, "documents": documents},
         "k": 10,
         "choices": {"0.95": CHOICE, "0.99": None},
         "points": [CHOICE],
@@ -80,3 +82,12 @@ def test_an_unreadable_record_is_logged_and_not_used(
     seen = _c2f(tiny_bundle_dir, tmp_path, c2f_tuning="index")
     assert (seen["shortlist_k"], seen["info"]["source"]) == (40, "settings")
     assert "is not a search tuning record" in caplog.text
+
+
+def test_a_record_of_a_collection_of_another_size_is_applied_with_a_warning(
+    tiny_bundle_dir: Path, tmp_path: Path, caplog
+) -> None:
+    _record(tmp_path, documents=10)  # the service starts on an empty folder
+    seen = _c2f(tiny_bundle_dir, tmp_path, c2f_tuning="index")
+    assert (seen["shortlist_k"], seen["info"]["source"]) == (30, "index")
+    assert "measured at 10 documents and the collection holds 0" in caplog.text

@@ -22,7 +22,9 @@ BEAM = {"storage": "flat", "ef_search": 9, "precision": 0.9, "p50_us": 20.0, "p9
 def measured_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny bundle whose export measured a coarse beam of 9 for float32 graphs."""
     directory = tmp_path_factory.mktemp("tiny-coarse-beam")
-    measured = {"choices": {"flat": BEAM, "sq8": None, "sq4": None}, "points": [BEAM]}
+    measured = {
+        "dim": 64, "m": 32, "choices": {"flat": BEAM, "sq8": None, "sq4": None}, "points": [BEAM]
+    }  # fmt: skip
     build_tiny_bundle(directory, evaluation={"shortlist": {"coarse_beam": measured}})
     return directory
 
@@ -80,13 +82,13 @@ def test_the_bundles_measured_beam_applies_when_asked(
     assert (walks["coarse"], walks["info"]["source"]) == (7, "settings")  # type: ignore[index]
 
 
-def test_a_beam_measured_for_other_codes_is_not_used(
+def test_a_beam_measured_on_another_graph_is_not_used(
     measured_bundle_dir: Path, tmp_path: Path
 ) -> None:
-    walks = _walk_ef(
-        tmp_path / "index", measured_bundle_dir, first_stage="bundle", hnsw_storage="sq8"
-    )
-    assert (walks["coarse"], walks["info"]["source"]) == (50, "hnsw_ef_search")  # type: ignore[index]
+    """Other codes, or another degree (the beam was measured at M32)."""
+    for name, other in (("codes", {"hnsw_storage": "sq8"}), ("degree", {"hnsw_m": "16"})):
+        walks = _walk_ef(tmp_path / name, measured_bundle_dir, first_stage="bundle", **other)
+        assert (walks["coarse"], walks["info"]["source"]) == (50, "hnsw_ef_search"), name  # type: ignore[index]
 
 
 def test_a_width_below_one_is_refused(tiny_bundle_dir: Path, tmp_path: Path) -> None:

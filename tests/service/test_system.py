@@ -64,6 +64,7 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
             "measured": None,
         },
         "coarse_beam": {"ef_search": 128, "source": "hnsw_ef_search", "measured": None},
+        "c2f": {"ef_search": 128, "factor": 4, "source": "settings", "measured": None},
     }  # fmt: skip
     assert info["auto_routing"] == {
         "heads": True, "policy": "thresholds", "fine_threshold": 0.5, "coarse_threshold": 0.5
