@@ -29,6 +29,7 @@ import faiss
 import numpy as np
 
 from index.faiss_indexes import HNSW_STORAGES, HnswIndex, HnswParams
+from index.vectors import prefix_unit
 
 K = 10
 EF_VALUES = (10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -122,12 +123,6 @@ class CoarseBeamMeasurement:
         }
 
 
-def _unit_prefix(matrix: np.ndarray, dim: int) -> np.ndarray:
-    prefix = matrix[:, :dim]
-    norms = np.linalg.norm(prefix, axis=1, keepdims=True)
-    return np.ascontiguousarray(prefix / np.maximum(norms, 1e-12), dtype=np.float32)
-
-
 def _precision(found: np.ndarray, corpus_domains: np.ndarray, query_domains: np.ndarray) -> float:
     """The share of found hits (ids ≥ 0) in their query's domain, over ``k`` per query."""
     hit_domains = corpus_domains[np.maximum(found, 0)]
@@ -162,7 +157,7 @@ def measure_coarse_beam(
     unknown = set(storages) - set(HNSW_STORAGES)
     if unknown:
         raise ValueError(f"storages must be among {', '.join(HNSW_STORAGES)}: {sorted(unknown)}")
-    vectors, asked = _unit_prefix(corpus, dim), _unit_prefix(queries, dim)
+    vectors, asked = prefix_unit(corpus, dim), prefix_unit(queries, dim)
     exact = np.argsort(-(asked @ vectors.T), axis=1, kind="stable")[:, :K]
     exact_precision = _precision(exact, corpus_domains, query_domains)
     ids = np.arange(len(vectors), dtype=np.int64)
