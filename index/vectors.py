@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+_TINY = np.finfo(np.float32).tiny
+
 
 def as_matrix(vectors: object, widths: Sequence[int], what: str = "vectors") -> np.ndarray:
     """``vectors`` as a float32, C-contiguous ``(n, width)`` matrix, with ``width`` in ``widths``.
@@ -28,22 +30,22 @@ def as_matrix(vectors: object, widths: Sequence[int], what: str = "vectors") -> 
         raise ValueError(f"{what} must be an array of numbers: {exc}") from None
     if matrix.ndim == 1:
         matrix = matrix[None, :]
-    allowed = " or ".join(str(width) for width in widths)
     if matrix.ndim != 2 or matrix.shape[1] not in widths:
+        allowed = " or ".join(str(width) for width in widths)
         raise ValueError(f"{what} must have shape (n, {allowed}), got {matrix.shape}")
     if matrix.shape[0] == 0:
         raise ValueError(f"{what} is empty: at least one row is needed")
-    finite = np.isfinite(matrix).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
+    if not np.isfinite(matrix).all():
+        row = int(np.flatnonzero(~np.isfinite(matrix).all(axis=1))[0])
         raise ValueError(f"{what} row {row} contains NaN or infinite values")
-    return np.ascontiguousarray(matrix)
+    return matrix if matrix.flags.c_contiguous else np.ascontiguousarray(matrix)
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
     """Each row of ``matrix`` divided by its L2 norm (zero rows stay zero), as float32."""
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.ascontiguousarray(matrix / np.maximum(norms, np.finfo(np.float32).tiny), np.float32)
+    # np.linalg.norm's own sum, without its Python: the same float32 norms, a few µs less.
+    norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1, keepdims=True))
+    return np.ascontiguousarray(matrix / np.maximum(norms, _TINY), np.float32)
 
 
 def prefix_unit(matrix: np.ndarray, dim: int) -> np.ndarray:

@@ -16,11 +16,17 @@ length in front of it, so no two different rows hash the same bytes.
 from __future__ import annotations
 
 import hashlib
+import struct
 
 from index.backend import RowCorrupt
 
 DIGEST_BYTES = 8
 CHECKSUM_BYTES = 2 * DIGEST_BYTES
+_CONTENTS = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"fractal-doc")
+_VECTOR = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"fractal-vec")
+"""Empty hashers copied for each digest: a copy costs less than making one with its
+parameters, and every read of a search's hits makes one."""
+_LENGTH = struct.Struct("<Q").pack
 
 
 def _encoded(text: str) -> bytes:
@@ -29,16 +35,21 @@ def _encoded(text: str) -> bytes:
 
 def contents_digest(doc_id: str, text: str, metadata_json: str) -> bytes:
     """The digest of a document's id, text and stored metadata JSON."""
-    digest = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"fractal-doc")
-    for field in (_encoded(doc_id), _encoded(text), _encoded(metadata_json)):
-        digest.update(len(field).to_bytes(8, "little"))
-        digest.update(field)
+    name, body, metadata = _encoded(doc_id), _encoded(text), _encoded(metadata_json)
+    digest = _CONTENTS.copy()
+    digest.update(
+        b"".join(
+            (_LENGTH(len(name)), name, _LENGTH(len(body)), body, _LENGTH(len(metadata)), metadata)
+        )
+    )
     return digest.digest()
 
 
 def vector_digest(vector: bytes) -> bytes:
     """The digest of a document's stored full-vector bytes."""
-    return hashlib.blake2b(vector, digest_size=DIGEST_BYTES, person=b"fractal-vec").digest()
+    digest = _VECTOR.copy()
+    digest.update(vector)
+    return digest.digest()
 
 
 def row_checksum(doc_id: str, text: str, metadata_json: str, vector: bytes) -> bytes:

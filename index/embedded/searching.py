@@ -82,19 +82,17 @@ class Searching(FilterPlanning):
         ``contents`` it is left out. Called under the read lock, so the names are those of the
         state the search saw."""
         row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
-        present = [row for query_rows in row_lists for row in query_rows if row >= 0]
-        named = dict(zip(present, self._store.named(present, contents), strict=True))
-        hits: list[list[Hit]] = []
-        for query_rows, query_scores in zip(row_lists, score_lists, strict=True):
-            query_hits = []
-            for row, score in zip(query_rows, query_scores, strict=True):
-                if row < 0:
-                    continue
-                doc_id, stored = named[row]
-                if doc_id is not None and (stored is not None or not contents):
-                    query_hits.append(Hit(doc_id, score, stored))
-            hits.append(query_hits)
-        return hits
+        named = self._store.names(
+            (row for query_rows in row_lists for row in query_rows if row >= 0), contents
+        )
+        return [
+            [
+                Hit(found[0], score, found[1])
+                for row, score in zip(query_rows, query_scores, strict=True)
+                if (found := named.get(row)) is not None and (found[1] is not None or not contents)
+            ]
+            for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
+        ]
 
     def search(
         self,

@@ -31,7 +31,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
@@ -42,7 +42,7 @@ import numpy as np
 from index.backend import RowCorrupt, StorageFull, is_disk_full
 from index.embedded.row_checksum import check_contents, check_vector, row_checksum
 from index.filters import Filter, indexed_values, to_sql
-from index.types import Contents, Document
+from index.types import Contents, Document, parse_metadata
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -118,6 +118,11 @@ def stored_dim(path: str | Path) -> int | None:
     return None if row is None else int(row[0])
 
 
+def _marks(values: Sequence[object]) -> str:
+    """One ``?`` per value, comma-separated: the parameters of an ``IN (...)`` list."""
+    return ", ".join("?" * len(values))
+
+
 OnCorrupt = Callable[[RowCorrupt], None]
 """Told of each row whose vector fails its checksum, where a reader goes on without it."""
 
@@ -154,14 +159,14 @@ def _document(record: tuple) -> Document:
     check_contents(row, doc_id, text, metadata, checksum)
     check_vector(row, doc_id, vector, checksum)
     values = np.frombuffer(vector, dtype="<f4").astype(np.float32)
-    return Document(id=doc_id, text=text, vector=values, metadata=json.loads(metadata))
+    return Document(id=doc_id, text=text, vector=values, metadata=parse_metadata(metadata))
 
 
 def _contents(record: tuple) -> Contents:
     """The :class:`Contents` of a row's ``row_id, doc_id, text, metadata, checksum``, checked."""
     row, doc_id, text, metadata, checksum = record
     check_contents(row, doc_id, text, metadata, checksum)
-    return Contents(doc_id, text, json.loads(metadata))
+    return Contents(doc_id, text, parse_metadata(metadata))
 
 
 class Store:
@@ -564,10 +569,18 @@ class Store:
         self, rows: Sequence[int], contents: bool = False
     ) -> list[tuple[str | None, Contents | None]]:
         """The string id of each of these rows in the order given, and with ``contents`` its
+        text and metadata (see :meth:`names`); ``(None, None)`` for a row with no name."""
+        found = self.names(rows, contents)
+        return [found.get(int(row), (None, None)) for row in rows]
+
+    def names(
+        self, rows: Iterable[int], contents: bool = False
+    ) -> dict[int, tuple[str, Contents | None]]:
+        """By row, the string id of each of these rows that has one, and with ``contents`` its
         text and metadata, read together: of present documents, and (the id alone) of rows
-        removed since the last pruning of the log (None for an older one). One query by row id,
+        removed since the last pruning of the log (none for an older one). One query by row id,
         and a second only when some row is no longer present."""
-        wanted = list(dict.fromkeys(int(row) for row in rows))
+        wanted = list(dict.fromkeys(map(int, rows)))
         db = self._reader()
         found: dict[int, tuple[str, Contents | None]] = {}
         # The names alone from their index; with contents, the rows themselves.
@@ -578,22 +591,20 @@ class Store:
         )
         for start in range(0, len(wanted), ROWS_PER_LOOKUP):
             chunk = wanted[start : start + ROWS_PER_LOOKUP]
-            for record in db.execute(
-                f"SELECT {source} "  # constants
-                f"WHERE row_id IN ({', '.join('?' * len(chunk))})",
-                chunk,
-            ):
+            for record in db.execute(f"SELECT {source} WHERE row_id IN ({_marks(chunk)})", chunk):
                 found[record[0]] = (record[1], _contents(record) if contents else None)
+        if len(found) == len(wanted):
+            return found
         missing = [row for row in wanted if row not in found]
         for start in range(0, len(missing), ROWS_PER_LOOKUP):
             chunk = missing[start : start + ROWS_PER_LOOKUP]
             for row, doc_id in db.execute(
-                "SELECT row_id, doc_id FROM changes "
-                f"WHERE op = 'remove' AND row_id IN ({', '.join('?' * len(chunk))})",
+                f"SELECT row_id, doc_id FROM changes WHERE op = 'remove' AND row_id IN "
+                f"({_marks(chunk)})",
                 chunk,
             ):
                 found[row] = (doc_id, None)
-        return [found.get(int(row), (None, None)) for row in rows]
+        return found
 
     def changes_since(self, counter: int) -> ChangeSet:
         """The net change after ``counter``: rows added since (and still present) and rows that

@@ -3,7 +3,6 @@ returned with its full vectors and re-ranked exactly here), and its figures."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from index.types import (
     SearchResult,
     ServerRecovery,
     Timings,
+    parse_metadata,
 )
 from index.vectors import as_matrix, prefix_unit, unit_rows
 
@@ -71,7 +71,9 @@ class Searching(Opening):
         for doc_id in doc_ids:
             row = rows.get(key_of(doc_id))
             contents.append(
-                None if row is None else Contents(doc_id, row["text"], json.loads(row["metadata"]))
+                None
+                if row is None
+                else Contents(doc_id, row["text"], parse_metadata(row["metadata"]))
             )
         return contents
 
@@ -110,7 +112,9 @@ class Searching(Opening):
         doc_id = id_of(found[KEY])
         if not contents:
             return Hit(doc_id, score)
-        return Hit(doc_id, score, Contents(doc_id, found["text"], json.loads(found["metadata"])))
+        return Hit(
+            doc_id, score, Contents(doc_id, found["text"], parse_metadata(found["metadata"]))
+        )
 
     @staticmethod
     def _filtering(where: Filter | None) -> Filtering | None:

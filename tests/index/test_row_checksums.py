@@ -14,6 +14,7 @@ import pytest
 
 from index.backend import RowCorrupt
 from index.embedded import Collection
+from index.embedded.row_checksum import contents_digest, vector_digest
 from index.embedded.store import Store, StoreCorrupt
 from index.integrity import check_index_dir
 from index.types import Document
@@ -203,3 +204,12 @@ def test_a_collection_rebuilds_its_files_without_a_damaged_vector_and_says_so(
             reopened.get("marked")
         found = reopened.search(vectors[:1], 3, DIM, contents=True).hits[0]
         assert found[0].id == "d0" and "marked" not in [hit.id for hit in found]
+
+
+def test_the_digests_stay_those_that_stores_on_disk_were_written_with() -> None:
+    """Known answers: the checksum's layout (length-prefixed fields, BLAKE2b-64 with its
+    personalisation) is part of every store on disk, so computing it faster must not change it."""
+    assert contents_digest("a", "bé", "{}").hex() == "b66064d0c611d70e"
+    assert vector_digest(b"1234").hex() == "a5d3931d27f79046"
+    # The length in front of each field keeps a shifted boundary from hashing the same.
+    assert contents_digest("ab", "c", "{}") != contents_digest("a", "bc", "{}")

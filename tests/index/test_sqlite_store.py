@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -65,6 +66,42 @@ def test_contents_of_keeps_the_order_and_gives_none_for_unknown_ids(tmp_path: Pa
     stored_a = store.get("a")
     assert found[2] == Contents("a", stored_a.text, stored_a.metadata)
     assert store.contents_of([]) == []
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"nested": {"list": [1, 2.5, None, True]}, "text": "naïve ☕"},
+        {"not_a_number": float("nan"), "big": 2**70, "inf": float("-inf")},  # beyond orjson
+    ],
+)
+def test_metadata_reads_back_as_the_standard_parser_reads_it(
+    tmp_path: Path, metadata: dict
+) -> None:
+    """Metadata is written by the standard JSON writer and read back by orjson, or by the
+    standard parser where orjson refuses what it wrote."""
+    store = Store(tmp_path / "store.sqlite3", 4)
+    (row,) = store.upsert([doc("a", 1.0, metadata=metadata)]).rows
+    expected = json.loads(json.dumps(metadata))
+    got = [store.get("a").metadata, store.contents_of(["a"])[0].metadata]
+    got.append(store.named([row], contents=True)[0][1].metadata)
+    for value in got:
+        assert json.dumps(value) == json.dumps(expected)  # NaN != NaN: compare the texts
+    store.close()
+
+
+def test_named_gives_each_row_in_the_order_asked_and_removed_rows_their_id(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store.sqlite3", 4)
+    a, b = store.upsert([doc("a", 1.0), doc("b", 2.0)]).rows
+    store.delete(["a"])
+    assert store.named([b, a, 999, b]) == [("b", None), ("a", None), (None, None), ("b", None)]
+    named = store.named([a, b], contents=True)
+    assert named[0] == ("a", None)  # removed: its id from the log, no contents
+    assert named[1][0] == "b" and named[1][1] == Contents("b", "text of b", {})
+    assert store.names([]) == {}
     store.close()
 
 
