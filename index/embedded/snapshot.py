@@ -163,6 +163,8 @@ class Snapshotting(CollectionState):
             }
             write_snapshot(self.path / "snapshot", self._applied, self._store.store_id, entries)
             with self._lock.read():  # writes wait for the writer mutex; searches only read
-                self._vectors.save(self._applied, self._store.store_id)
+                self._vectors.save(
+                    self._applied, self._store.store_id, self._store.live_row_ids()
+                )
             self._store.prune_changes(self._applied)
             return self._applied

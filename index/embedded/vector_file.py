@@ -19,16 +19,32 @@ rows' bytes. On open, a file that matches is mapped and caught up with the store
 missing, foreign, stale or corrupted one (its checksum differs) is rebuilt from the store.
 
 The file's blocks are allocated when it grows (``posix_fallocate``), not left as holes: writing a
-row through the mapping then never needs new disk space, which on a full disk would be a
-``SIGBUS`` instead of an error. :meth:`VectorFile.reserve` grows it before the store commits a
-write, so a full disk refuses the write (:class:`index.backend.StorageFull`) with nothing stored.
+row never needs new disk space, which on a full disk would fail after the store committed.
+:meth:`VectorFile.reserve` grows it before the store commits a write, so a full disk refuses the
+write (:class:`index.backend.StorageFull`) with nothing stored.
+
+Row ids are never reused, so a replaced or deleted document leaves its slot behind. Each
+:meth:`VectorFile.save` gives those slots' disk back: every run of removed rows that covers whole
+file blocks (at least :data:`MIN_HOLE_BYTES`) is punched out of the file (``fallocate``
+``PUNCH_HOLE``; it then reads as zeros, and the file keeps its size). The record lists these
+holes and its checksum skips them, so punching never makes a sound file look corrupted; it lists
+them before they are punched, so a crash between the two leaves a file that still matches, and
+opening punches them again. A file system that cannot punch holes keeps the blocks.
+
+Hashing reads the file with ``read`` calls, not through the mapping: the process maps no page of
+the file that a search did not touch, so its resident memory shows what searches use, not the
+whole file after every snapshot.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
+import logging
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -47,6 +63,17 @@ MIN_CAPACITY = 1024
 REBUILD_CHUNK = 50_000
 """Rows read from the store per step of a rebuild: bounded memory at any corpus size."""
 HASH_BLOCK = 64 << 20
+_EMPTY_SHA256 = hashlib.sha256().hexdigest()
+BLOCK_BYTES = 4096
+"""The file system block: holes are punched in whole blocks, so no live row's bytes are in one."""
+MIN_HOLE_BYTES = 64 << 10
+"""The smallest hole punched: fewer, larger holes keep the record short (at most one per 64 KiB
+of file) and give back nearly all of the space of a file whose old rows were replaced."""
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+log = logging.getLogger(__name__)
+
+Hole = tuple[int, int]
+"""A byte range ``[start, end)`` of the file, whole blocks, punched out."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +87,8 @@ class VectorFileRecord:
     counter: int
     rows: int
     sha256: str
+    holes: tuple[Hole, ...] = ()
+    """Byte ranges of the file punched out (only removed rows in them), skipped by ``sha256``."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +128,31 @@ def _header(dim: int, dtype: str, capacity: int) -> bytes:
     return bytes(empty)
 
 
-def _sha256(data: np.ndarray) -> str:
-    digest = hashlib.sha256()
-    raw = data.reshape(-1).view(np.uint8)
-    for start in range(0, len(raw), HASH_BLOCK):
-        digest.update(raw[start : start + HASH_BLOCK].data)
-    return digest.hexdigest()
+def _segments(start: int, end: int, holes: tuple[Hole, ...]) -> list[Hole]:
+    """The byte ranges of ``[start, end)`` outside ``holes`` (sorted, disjoint), in order."""
+    segments, position = [], start
+    for hole_start, hole_end in holes:
+        if hole_start > position:
+            segments.append((position, min(hole_start, end)))
+        position = max(position, hole_end)
+    if position < end:
+        segments.append((position, end))
+    return [(lo, hi) for lo, hi in segments if hi > lo]
+
+
+def _punch(descriptor: int, holes: tuple[Hole, ...]) -> bool:
+    """Give the disk blocks of ``holes`` back (Linux ``fallocate``); False where the system or
+    the file system cannot, which loses nothing but the space."""
+    if not holes or not sys.platform.startswith("linux"):
+        return not holes
+    fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    for start, end in holes:
+        if fallocate(descriptor, _PUNCH_HOLE, start, end - start) != 0:
+            code = ctypes.get_errno()
+            log.info("holes not punched in the full vectors: %s", errno.errorcode.get(code, code))
+            return False
+    return True
 
 
 class VectorFile:
@@ -155,8 +203,10 @@ class VectorFile:
 
     def _read_record(self) -> VectorFileRecord | None:
         try:
-            return VectorFileRecord(**json.loads(self.record_path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
+            fields = json.loads(self.record_path.read_text(encoding="utf-8"))
+            fields["holes"] = tuple((int(lo), int(hi)) for lo, hi in fields.get("holes", ()))
+            return VectorFileRecord(**fields)
+        except (OSError, ValueError, TypeError, AttributeError):
             return None
 
     def _check(self, store: Store) -> str | None:
@@ -175,12 +225,13 @@ class VectorFile:
         with self.path.open("rb") as file:
             if file.read(self.data_offset) != _header(self.dim, self.dtype, capacity):
                 return f"{self.path.name} does not start with the header of its {capacity:,} rows"
-        self._map(capacity)
-        if len(self._matrix) < record.rows:
+        if capacity < record.rows:
             return f"{self.path.name} is shorter than the {record.rows:,} rows it should hold"
-        if _sha256(self._matrix[: record.rows]) != record.sha256:
+        if self._sha256(record.rows, record.holes) != record.sha256:
             return f"{self.path.name} does not match its checksum (corrupted)"
+        self._map(capacity, record.rows)
         self._rows = record.rows
+        self._punch(record.holes)  # again: a crash may have come between record and punch
         return None
 
     def _remove(self) -> None:
@@ -202,13 +253,17 @@ class VectorFile:
     def row_bytes(self) -> int:
         return self.dim * self._numpy_dtype.itemsize
 
-    def _allocate(self, capacity: int) -> None:
-        """Extend the file with zeros to ``capacity`` rows, every block allocated on disk (holes
-        left by an older version included), and write the header that says so;
+    def _allocate(self, capacity: int, written: int) -> None:
+        """Extend the file with zeros to ``capacity`` rows, every block from row ``written`` on
+        allocated on disk (the rows to come; below it rows hold their vectors or were removed,
+        and may lie in punched holes), and write the header that says so;
         :class:`StorageFull` when the disk cannot hold them, the file unchanged."""
+        start = self.data_offset + written * self.row_bytes if written else 0
+        end = self.data_offset + capacity * self.row_bytes
         with self.path.open("ab") as file:
             try:
-                os.posix_fallocate(file.fileno(), 0, self.data_offset + capacity * self.row_bytes)
+                if end > start:
+                    os.posix_fallocate(file.fileno(), start, end - start)
             except OSError as exc:
                 if is_disk_full(exc):
                     raise StorageFull(self.directory, exc) from exc
@@ -228,12 +283,12 @@ class VectorFile:
         fail for lack of space. The mapping is unchanged (searches may go on):
         :meth:`write` maps the new rows."""
         if end > len(self._matrix):
-            self._allocate(self._capacity_for(end))
+            self._allocate(self._capacity_for(end), self._rows)
 
-    def _map(self, capacity: int) -> None:
-        """Map ``capacity`` rows of the file (allocated first, see :meth:`_allocate`) through
-        FAISS, and view the same pages as the read-only matrix."""
-        self._allocate(capacity)
+    def _map(self, capacity: int, written: int) -> None:
+        """Map ``capacity`` rows of the file (allocated first from row ``written`` on, see
+        :meth:`_allocate`) through FAISS, and view the same pages as the read-only matrix."""
+        self._allocate(capacity, written)
         refine = faiss.read_index(str(self.path), faiss.IO_FLAG_MMAP_IFC)
         codes = refine.codes  # type: ignore[attr-defined]  # a flat index's code vector
         if capacity:
@@ -251,7 +306,7 @@ class VectorFile:
             return
         end = int(rows.max()) + 1
         if end > len(self._matrix):
-            self._map(self._capacity_for(end))
+            self._map(self._capacity_for(end), self._rows)
         data = np.ascontiguousarray(unit_vectors, dtype=self._numpy_dtype)
         breaks = np.flatnonzero(np.diff(rows) != 1) + 1
         descriptor = os.open(self.path, os.O_WRONLY)
@@ -273,31 +328,72 @@ class VectorFile:
 
     # -- persistence -------------------------------------------------------------------------
 
-    def save(self, counter: int, store_id: str) -> None:
-        """Flush the file and record (atomically) that it reflects the store at ``counter``."""
+    def _sha256(self, rows: int, holes: tuple[Hole, ...]) -> str:
+        """The sha256 of the first ``rows`` rows' bytes outside ``holes``, read from the file."""
+        digest = hashlib.sha256()
+        buffer = memoryview(bytearray(HASH_BLOCK))
+        end = self.data_offset + rows * self.row_bytes
+        with self.path.open("rb", buffering=0) as file:
+            for start, stop in _segments(self.data_offset, end, holes):
+                file.seek(start)
+                while start < stop:
+                    read = file.readinto(buffer[: min(HASH_BLOCK, stop - start)])
+                    if not read:
+                        raise OSError(f"{self.path} ends at byte {start:,}, before {stop:,}")
+                    digest.update(buffer[:read])
+                    start += read
+        return digest.hexdigest()
+
+    def _holes(self, live: np.ndarray) -> tuple[Hole, ...]:
+        """The byte ranges of whole blocks, at least :data:`MIN_HOLE_BYTES` each, that hold only
+        rows written and since removed: those not in ``live`` (every present row, ascending)."""
+        kept = live[live < self._rows]
+        bounds = np.concatenate(([-1], kept, [self._rows]))
+        first, last = bounds[:-1] + 1, bounds[1:]  # each run of removed rows: [first, last)
+        start = self.data_offset + first * self.row_bytes
+        end = self.data_offset + last * self.row_bytes
+        start = -(-start // BLOCK_BYTES) * BLOCK_BYTES  # whole blocks inside the run
+        end = end // BLOCK_BYTES * BLOCK_BYTES
+        wide = end - start >= MIN_HOLE_BYTES
+        return tuple(zip(start[wide].tolist(), end[wide].tolist(), strict=True))
+
+    def _punch(self, holes: tuple[Hole, ...]) -> None:
+        descriptor = os.open(self.path, os.O_WRONLY)
+        try:
+            _punch(descriptor, holes)
+        finally:
+            os.close(descriptor)
+
+    def save(self, counter: int, store_id: str, live: np.ndarray) -> None:
+        """Flush the file and record (atomically) that it reflects the store at ``counter``,
+        whose present rows are ``live`` (ascending); then punch out the blocks of removed rows
+        (see the module docstring). No write may run meanwhile (searches may)."""
         if self.path.is_file():
             descriptor = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
+        holes = self._holes(live) if self.path.is_file() else ()
+        digest = self._sha256(self._rows, holes) if self.path.is_file() else _EMPTY_SHA256
         record = VectorFileRecord(
-            FORMAT,
-            store_id,
-            self.dim,
-            self.dtype,
-            counter,
-            self._rows,
-            _sha256(self._matrix[: self._rows]),
+            FORMAT, store_id, self.dim, self.dtype, counter, self._rows, digest, holes
         )
         temporary = self.record_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(record), indent=2) + "\n", encoding="utf-8")
+        temporary.write_text(json.dumps(asdict(record)) + "\n", encoding="utf-8")
         os.replace(temporary, self.record_path)
+        if holes:
+            self._punch(holes)
 
     def stats(self) -> dict:
-        """The file's dtype and size on disk."""
+        """The file's dtype, its size, and the disk it takes (less, by the holes punched)."""
+        try:
+            allocated = self.path.stat().st_blocks * 512
+        except OSError:
+            allocated = 0
         return {
             "dtype": self.dtype,
             "file": self.path.name,
             "bytes_on_disk": self.data_offset + len(self._matrix) * self.row_bytes,
+            "bytes_allocated": allocated,
         }
