@@ -34,6 +34,7 @@ BENCHMARKS = (
     "bulk_embed",
     "c2f_sfs_pq",
     "cache_load",
+    "churn",
     "crasher",
     "embed_ray",
     "encoder_throughput",

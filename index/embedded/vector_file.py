@@ -25,7 +25,7 @@ write (:class:`index.backend.StorageFull`) with nothing stored.
 
 Row ids are never reused, so a replaced or deleted document leaves its slot behind. Each
 :meth:`VectorFile.save` gives those slots' disk back: every run of removed rows that covers whole
-file blocks (at least :data:`MIN_HOLE_BYTES`) is punched out of the file (``fallocate``
+file blocks (see :data:`MAX_HOLES`) is punched out of the file (``fallocate``
 ``PUNCH_HOLE``; it then reads as zeros, and the file keeps its size). The record lists these
 holes and its checksum skips them, so punching never makes a sound file look corrupted; it lists
 them before they are punched, so a crash between the two leaves a file that still matches, and
@@ -60,15 +60,22 @@ RECORD_FILE = "vectors.json"
 FORMAT = 2
 DTYPES = {"float32": np.float32, "float16": np.float16}
 MIN_CAPACITY = 1024
+GROWTH = 8
+MAX_HEADROOM_BYTES = 4 << 20
+"""The most disk allocated ahead of the rows written. A file that grew with its size would keep
+growing under replacements, whose old rows' disk is given back (holes) while the file's size
+stays. A remap costs well under a millisecond, and the rows that fill 4 MiB take seconds to
+index, so growing by at most this much costs nothing measurable."""
 REBUILD_CHUNK = 50_000
 """Rows read from the store per step of a rebuild: bounded memory at any corpus size."""
 HASH_BLOCK = 64 << 20
 _EMPTY_SHA256 = hashlib.sha256().hexdigest()
 BLOCK_BYTES = 4096
 """The file system block: holes are punched in whole blocks, so no live row's bytes are in one."""
-MIN_HOLE_BYTES = 64 << 10
-"""The smallest hole punched: fewer, larger holes keep the record short (at most one per 64 KiB
-of file) and give back nearly all of the space of a file whose old rows were replaced."""
+MAX_HOLES = 1 << 16
+"""At most this many holes in a record (about 1.5 MB of JSON): a hole is at least one block,
+and at least 1/65,536 of the file, so a large file with scattered removals keeps a short record
+(its smaller runs keep their blocks)."""
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
 log = logging.getLogger(__name__)
 
@@ -275,8 +282,10 @@ class VectorFile:
             os.close(descriptor)
 
     def _capacity_for(self, end: int) -> int:
-        """The rows the file grows to when row ``end - 1`` is written: doubling."""
-        return max(end, 2 * len(self._matrix), MIN_CAPACITY)
+        """The rows the file grows to when row ``end - 1`` is written: by an eighth, and by at
+        most :data:`MAX_HEADROOM_BYTES` beyond ``end``."""
+        headroom = min(len(self._matrix) // GROWTH, MAX_HEADROOM_BYTES // self.row_bytes)
+        return max(end, min(len(self._matrix) + headroom, end + headroom), MIN_CAPACITY)
 
     def reserve(self, end: int) -> None:
         """Allocate the rows below ``end`` before they are written, so that writing them cannot
@@ -300,8 +309,8 @@ class VectorFile:
         self.refine, self._matrix = refine, matrix
 
     def write(self, rows: np.ndarray, unit_vectors: np.ndarray) -> None:
-        """Store the unit vectors of these row ids (growing the file by doubling), one
-        ``pwrite`` per run of consecutive rows."""
+        """Store the unit vectors of these row ids (growing the file: :meth:`_capacity_for`),
+        one ``pwrite`` per run of consecutive rows."""
         if not len(rows):
             return
         end = int(rows.max()) + 1
@@ -345,8 +354,9 @@ class VectorFile:
         return digest.hexdigest()
 
     def _holes(self, live: np.ndarray) -> tuple[Hole, ...]:
-        """The byte ranges of whole blocks, at least :data:`MIN_HOLE_BYTES` each, that hold only
-        rows written and since removed: those not in ``live`` (every present row, ascending)."""
+        """The byte ranges of whole blocks that hold only rows written and since removed: those
+        not in ``live`` (every present row, ascending); none smaller than 1/:data:`MAX_HOLES`
+        of the file."""
         kept = live[live < self._rows]
         bounds = np.concatenate(([-1], kept, [self._rows]))
         first, last = bounds[:-1] + 1, bounds[1:]  # each run of removed rows: [first, last)
@@ -354,7 +364,8 @@ class VectorFile:
         end = self.data_offset + last * self.row_bytes
         start = -(-start // BLOCK_BYTES) * BLOCK_BYTES  # whole blocks inside the run
         end = end // BLOCK_BYTES * BLOCK_BYTES
-        wide = end - start >= MIN_HOLE_BYTES
+        smallest = max(BLOCK_BYTES, (self.data_offset + self._rows * self.row_bytes) // MAX_HOLES)
+        wide = end - start >= smallest
         return tuple(zip(start[wide].tolist(), end[wide].tolist(), strict=True))
 
     def _punch(self, holes: tuple[Hole, ...]) -> None:
