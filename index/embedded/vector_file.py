@@ -68,7 +68,8 @@ stays. A remap costs well under a millisecond, and the rows that fill 4 MiB take
 index, so growing by at most this much costs nothing measurable."""
 REBUILD_CHUNK = 50_000
 """Rows read from the store per step of a rebuild: bounded memory at any corpus size."""
-HASH_BLOCK = 64 << 20
+HASH_BLOCK = 1 << 20
+"""Bytes read per step while hashing the file: a small buffer, reused (no memory spike)."""
 _EMPTY_SHA256 = hashlib.sha256().hexdigest()
 BLOCK_BYTES = 4096
 """The file system block: holes are punched in whole blocks, so no live row's bytes are in one."""
