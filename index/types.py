@@ -41,11 +41,19 @@ class Document:
         if not isinstance(self.metadata, dict):
             raise ValueError(f"document {self.id!r}: metadata must be a JSON object (a dict)")
         try:
-            json.dumps(self.metadata)
+            stored = json.dumps(self.metadata, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"document {self.id!r}: metadata is not JSON-serialisable: {exc}"
             ) from None
+        for part, value in (("id", self.id), ("text", self.text), ("metadata", stored)):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: no store can write it as UTF-8
+                raise ValueError(
+                    f"document {self.id!r}: its {part} is not valid Unicode (it holds a lone "
+                    "surrogate)"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)

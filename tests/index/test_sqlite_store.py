@@ -177,6 +177,10 @@ def test_a_failed_write_commits_nothing(tmp_path: Path) -> None:
         ({"text": None}, "text must be a string"),
         ({"metadata": ["x"]}, "metadata must be a JSON object"),
         ({"metadata": {"x": object()}}, "not JSON-serialisable"),
+        ({"id": "a\ud800"}, "id is not valid Unicode"),
+        ({"text": "lone \udc00 surrogate"}, "text is not valid Unicode"),
+        ({"metadata": {"k": ["\ud800"]}}, "metadata is not valid Unicode"),
+        ({"metadata": {"\ud800": 1}}, "metadata is not valid Unicode"),
     ],
 )
 def test_documents_check_their_fields(kwargs: dict, message: str) -> None:
