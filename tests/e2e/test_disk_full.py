@@ -53,10 +53,10 @@ class Ingest:
         self.refused: list[str] = []
         self.next = 0
 
-    def batch(self) -> httpx.Response:
-        ids = [f"doc-{self.next + i}" for i in range(BATCH)]
-        self.next += BATCH
-        documents = [{"id": doc_id, "text": TEXT.format(doc_id)} for doc_id in ids]
+    def batch(self, size: int = BATCH, text: str = TEXT) -> httpx.Response:
+        ids = [f"doc-{self.next + i}" for i in range(size)]
+        self.next += size
+        documents = [{"id": doc_id, "text": text.format(doc_id)} for doc_id in ids]
         response = self.client.post("/documents", json={"documents": documents})
         assert response.status_code in (200, 507), response.text
         (self.acknowledged if response.status_code == 200 else self.refused).extend(ids)
@@ -120,7 +120,12 @@ def test_a_full_disk_refuses_writes_whole_and_loses_nothing_acknowledged(
         _searches(client)
         assert client.get(f"/documents/{ingest.acknowledged[-1]}").status_code == 200
         assert "database or disk is full" in log.read_text()
-        # The next periodic snapshot (of the writes since the last) fails too; it is logged.
+        # A small write acknowledged with 64 KiB left leaves a snapshot to take, with no room
+        # for its index files: it fails, and is logged. (The writes before the refusal may all
+        # have been snapshotted while there was still room.)
+        filler.unlink()
+        filler = disk.fill("filler", leave_bytes=64 << 10)
+        assert ingest.batch(1, "a short note {0}").status_code == 200
         wait_until(lambda: SNAPSHOT_FAILED in log.read_text(), "a failed snapshot", 10.0)
         assert server.process.poll() is None
         _searches(client)
