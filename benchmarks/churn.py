@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -32,6 +33,9 @@ from matplotlib.figure import Figure
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
 from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
+
+if TYPE_CHECKING:
+    from index import Collection
 
 MIB = 1 << 20
 DISK_GROWTH_TARGET = 0.10
@@ -71,12 +75,12 @@ def _vectors(rng: np.random.Generator, centres: np.ndarray, count: int) -> np.nd
     return (picked + 0.7 * rng.standard_normal(picked.shape)).astype(np.float32)
 
 
-def _reading(collection: object, folder: Path) -> dict:
+def _reading(collection: Collection, folder: Path) -> dict:
     """Disk and memory now (the collection's files, this process's resident memory)."""
-    full = collection.stats().full_vectors  # type: ignore[attr-defined]
+    full = collection.stats().full_vectors
     return {
         "vector_file_bytes": full["bytes_on_disk"],
-        "vector_disk_bytes": (folder / full["file"]).stat().st_blocks * 512,
+        "vector_disk_bytes": full["bytes_allocated"],
         "store_bytes": sum(
             path.stat().st_size for path in folder.glob("store.sqlite3*") if path.is_file()
         ),

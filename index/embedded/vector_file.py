@@ -148,19 +148,18 @@ def _segments(start: int, end: int, holes: tuple[Hole, ...]) -> list[Hole]:
     return [(lo, hi) for lo, hi in segments if hi > lo]
 
 
-def _punch(descriptor: int, holes: tuple[Hole, ...]) -> bool:
-    """Give the disk blocks of ``holes`` back (Linux ``fallocate``); False where the system or
-    the file system cannot, which loses nothing but the space."""
+def _punch(descriptor: int, holes: tuple[Hole, ...]) -> None:
+    """Give the disk blocks of ``holes`` back (Linux ``fallocate``); where the system or the
+    file system cannot, they are kept, which loses nothing but the space."""
     if not holes or not sys.platform.startswith("linux"):
-        return not holes
+        return
     fallocate = ctypes.CDLL(None, use_errno=True).fallocate
     fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
     for start, end in holes:
         if fallocate(descriptor, _PUNCH_HOLE, start, end - start) != 0:
             code = ctypes.get_errno()
             log.info("holes not punched in the full vectors: %s", errno.errorcode.get(code, code))
-            return False
-    return True
+            return
 
 
 class VectorFile:
