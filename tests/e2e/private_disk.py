@@ -11,6 +11,7 @@ is mounted where the rest of the machine would see it.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import shutil
@@ -84,8 +85,15 @@ class PrivateDisk:
         """A file ``name`` on the disk that leaves about ``leave_bytes`` free; its path (as
         :meth:`outside` gives it: unlink it to free the space)."""
         path = self.outside(self.mount_point / name)
-        with path.open("wb") as filler:
-            filler.write(b"\0" * max(0, self.free_bytes() - leave_bytes))
+        with path.open("wb", buffering=0) as filler:
+            try:
+                filler.write(b"\0" * max(0, self.free_bytes() - leave_bytes))
+            except OSError as full:  # a process on the disk took room meanwhile
+                if full.errno != errno.ENOSPC:
+                    raise
+        shortfall = leave_bytes - self.free_bytes()
+        if shortfall > 0:  # give that room back from the filler
+            os.truncate(path, max(0, path.stat().st_size - shortfall))
         return path
 
     def unmount(self) -> None:
