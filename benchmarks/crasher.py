@@ -66,6 +66,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
     "sq8": {"index_kinds": "exact,hnsw", "hnsw_storage": "sq8", "full_vectors_dtype": "float16"},
     "sq4": {"index_kinds": "exact,hnsw", "hnsw_storage": "sq4", "full_vectors_dtype": "float16"},
+    "tq4": {"index_kinds": "exact,hnsw", "hnsw_storage": "tq4", "full_vectors_dtype": "float16"},
     "milvus": {"index_kinds": "exact,hnsw", "index_backend": "milvus"},
 }
 """Each variant's service settings (``FRACTAL_*``)."""
@@ -81,7 +82,7 @@ class Settings:
 
     bundle: Path = option(DEFAULT_BUNDLE, "the bundle served", parse=bundle_folder)
     rounds: int = option(300, "kills, shared among the variants")
-    variants: tuple[str, ...] = option(("flat", "sq8", "sq4"), "storage variants (VARIANTS)")
+    variants: tuple[str, ...] = option(("flat", "sq8", "sq4", "tq4"), "storage variants (VARIANTS)")
     clients: int = option(4, "concurrent writing clients")
     ids_per_client: int = 40
     max_batch: int = 6

@@ -11,13 +11,19 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from SQLite (knobs: efSearch and the shortlist factor). One engine row per first stage
-  of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's prefix, its ``sq8`` or ``sq4``
-  codes and its degree, by default every engine's), e.g. ``fractal:192-sq8-m16``; at each
+  of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's prefix, its ``sq8``, ``sq4``
+  or ``tq4`` codes and its degree, by default every engine's), e.g. ``fractal:192-sq8-m16``; at each
   recall floor Fractal is its fastest first stage there, as the service's measured choice
   would be;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
+- ``faiss_rabitq_refine``: FAISS ``HNSW{M}_RaBitQ4,Refine(SQfp16)``, an HNSW graph over 4-bit
+  RaBitQ codes (L2, the only metric FAISS's RaBitQ graph takes: on unit vectors it orders as
+  inner product does), refined in RAM (efSearch and the refine factor);
+- ``faiss_ivf_rabitq_refine``: FAISS ``IVF{4√n},RaBitQfs4,Refine(SQfp16)``, the fast-scan IVF
+  RaBitQ family with 4-bit codes, refined in RAM (nprobe, swept over ``--nprobe-values``, and
+  the refine factor);
 - ``usearch_i8``: usearch with int8 vectors in the graph, then an exact re-rank from float16 full
   vectors memory-mapped (``expansion_search`` and the shortlist factor);
 - ``qdrant_int8``: Qdrant's engine in-process (``qdrant-edge-py``): int8 scalar quantization in
@@ -59,9 +65,18 @@ from benchmarks.harness.markdown import markdown_table, targets_table
 from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_measure import exact_neighbours, recall_at_k
+from index.faiss_indexes import SQ_QUANTIZERS
 
 K = 10
-ENGINES = ("fractal", "faiss_flat", "faiss_sq8_refine", "usearch_i8", "qdrant_int8")
+ENGINES = (
+    "fractal",
+    "faiss_flat",
+    "faiss_sq8_refine",
+    "faiss_rabitq_refine",
+    "faiss_ivf_rabitq_refine",
+    "usearch_i8",
+    "qdrant_int8",
+)
 FLOORS = (0.95, 0.97, 0.99)
 QDRANT_FULL_SCAN_KB = 10_000
 """Qdrant's default: a segment whose vectors take less is searched exactly, not by its graph."""
@@ -84,6 +99,9 @@ class Settings:
         (16, 24, 32, 48, 64, 96, 128, 192, 256), "efSearch values swept"
     )
     factors: tuple[int, ...] = option((2, 4, 8), "shortlist, refine and oversampling factors")
+    nprobe_values: tuple[int, ...] = option(
+        (4, 8, 16, 32, 64, 128), "IVF lists probed, swept (the IVF engine's efSearch)"
+    )
     engines: tuple[str, ...] = option(ENGINES, "engines to run, comma-separated")
     bundle: Path | None = option(None, "bundle whose real embeddings the mixture is fitted to")
     work_dir: Path | None = option(None, "where the indexes are built (default: a temp folder)")
@@ -99,6 +117,7 @@ SMOKE = Settings(
     ef_construction=40,
     ef_values=(16, 64),
     factors=(2, 4),
+    nprobe_values=(4, 16),
 )
 
 
@@ -130,10 +149,13 @@ Searcher = Callable[[np.ndarray, Knob], tuple[np.ndarray, float]]
 seconds of the engine's own index work where it reports them (NaN where it does not)."""
 
 
-def _knobs(settings: Settings, second: str | None) -> list[Knob]:
+def _knobs(settings: Settings, second: str | None, walk: str = "ef") -> list[Knob]:
+    """Every ``walk`` width (``ef``: efSearch, ``nprobe``: IVF lists), with every factor named
+    ``second`` when there is one."""
+    widths = settings.nprobe_values if walk == "nprobe" else settings.ef_values
     if second is None:
-        return [{"ef": ef} for ef in settings.ef_values]
-    return [{"ef": ef, second: f} for ef in settings.ef_values for f in settings.factors]
+        return [{walk: width} for width in widths]
+    return [{walk: width, second: f} for width in widths for f in settings.factors]
 
 
 def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -195,34 +217,44 @@ def fractal(
 
 
 def _faiss(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool, spec: str
+    settings: Settings, base: np.ndarray, folder: Path, build: bool, spec: str, l2: bool = False
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
+    """A FAISS ``index_factory`` index: an HNSW graph (efSearch) or, for an ``IVF`` spec, an
+    inverted file (nprobe), refined when the spec says ``Refine``; inner product, or with
+    ``l2`` the L2 metric (the same order on unit vectors)."""
     import faiss
 
+    refine = "Refine" in spec
+    walk = "nprobe" if spec.startswith("IVF") else "ef"
     if build:
-        index = faiss.index_factory(base.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
-        graph = faiss.downcast_index(index if "Refine" not in spec else index.base_index)
-        graph.hnsw.efConstruction = settings.ef_construction
+        metric = faiss.METRIC_L2 if l2 else faiss.METRIC_INNER_PRODUCT
+        index = faiss.index_factory(base.shape[1], spec, metric)
+        if walk == "ef":
+            graph = faiss.downcast_index(index.base_index if refine else index)
+            graph.hnsw.efConstruction = settings.ef_construction
         index.train(base[: min(len(base), 100_000)])
         index.add(base)
         faiss.write_index(index, str(folder / "faiss.index"))
-    refine = "Refine" in spec
 
     def opened() -> Searcher:
         loaded = faiss.read_index(str(folder / "faiss.index"))
 
         def search(query: np.ndarray, knob: Knob) -> tuple[np.ndarray, float]:
-            hnsw = faiss.SearchParametersHNSW(efSearch=knob["ef"])
+            first = (
+                faiss.SearchParametersIVF(nprobe=knob["nprobe"])
+                if walk == "nprobe"
+                else faiss.SearchParametersHNSW(efSearch=knob["ef"])
+            )
             params = (
-                faiss.IndexRefineSearchParameters(k_factor=knob["refine"], base_index_params=hnsw)
+                faiss.IndexRefineSearchParameters(k_factor=knob["refine"], base_index_params=first)
                 if refine
-                else hnsw
+                else first
             )
             return loaded.search(query, K, params=params)[1][0], np.nan
 
         return search
 
-    return opened, _knobs(settings, "refine" if refine else None)
+    return opened, _knobs(settings, "refine" if refine else None, walk)
 
 
 def faiss_flat(
@@ -235,6 +267,20 @@ def faiss_sq8_refine(
     settings: Settings, base: np.ndarray, folder: Path, build: bool
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     return _faiss(settings, base, folder, build, f"HNSW{settings.m}_SQ8,Refine(SQfp16)")
+
+
+def faiss_rabitq_refine(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    spec = f"HNSW{settings.m}_RaBitQ4,Refine(SQfp16)"
+    return _faiss(settings, base, folder, build, spec, l2=True)
+
+
+def faiss_ivf_rabitq_refine(
+    settings: Settings, base: np.ndarray, folder: Path, build: bool
+) -> tuple[Callable[[], Searcher], list[Knob]]:
+    lists = max(1, round(4 * len(base) ** 0.5))
+    return _faiss(settings, base, folder, build, f"IVF{lists},RaBitQfs4,Refine(SQfp16)")
 
 
 def usearch_i8(
@@ -333,6 +379,8 @@ Builder = Callable[[Settings, np.ndarray, Path, bool], tuple[Callable[[], Search
 BUILDERS: dict[str, Builder] = {
     "faiss_flat": faiss_flat,
     "faiss_sq8_refine": faiss_sq8_refine,
+    "faiss_rabitq_refine": faiss_rabitq_refine,
+    "faiss_ivf_rabitq_refine": faiss_ivf_rabitq_refine,
     "usearch_i8": usearch_i8,
     "qdrant_int8": qdrant_int8,
 }
@@ -512,12 +560,12 @@ def run(settings: Settings, progress: Progress) -> dict:
             len(parts) not in (2, 3)
             or not parts[0].isdigit()
             or not 0 < int(parts[0]) <= settings.dim
-            or parts[1] not in ("sq8", "sq4")
+            or parts[1] not in SQ_QUANTIZERS
             or (len(parts) == 3 and not (parts[2][:1] == "m" and parts[2][1:].isdigit()))
         ):
             raise SystemExit(
                 f"error: fractal stage {stage!r} is not PREFIX-STORAGE[-mM] with a prefix up to "
-                f"{settings.dim}, storage sq8 or sq4 and a degree M"
+                f"{settings.dim}, storage {', '.join(SQ_QUANTIZERS)} and a degree M"
             )
     base, queries = _data(settings, progress)
     truth = exact_neighbours(base, queries, K)
@@ -616,6 +664,7 @@ def markdown(report: dict) -> str:
                     "one thread; recall@10 against exact search at the full dimension",
                     f"every graph M = {settings['m']}, efConstruction = "
                     f"{settings['ef_construction']}; efSearch swept over {settings['ef_values']}, "
+                    f"IVF nprobe over {settings['nprobe_values']}, "
                     f"factors over {settings['factors']}; Fractal's first stages (prefix-codes) "
                     f"{', '.join(settings['fractal_stages'])}, each an engine row, the fastest "
                     "reaching a floor its choice there (the targets)",

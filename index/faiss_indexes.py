@@ -10,11 +10,13 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 
 - ``exact``: ``IndexFlatIP``; removal is physical.
 - ``hnsw``: an HNSW graph with ``METRIC_INNER_PRODUCT`` over float32 vectors (``IndexHNSWFlat``,
-  storage ``flat``) or over 8-bit or 4-bit scalar-quantised codes (``IndexHNSWSQ``, storage
-  ``sq8`` or ``sq4``: a quarter or an eighth of the vector bytes). SQ learns each coordinate's
-  range, so until ``sq_train_size``
+  storage ``flat``) or over scalar-quantised codes (``IndexHNSWSQ``): 8-bit or 4-bit codes of
+  each coordinate's learnt range (``sq8``, ``sq4``: a quarter or an eighth of the vector
+  bytes), or FAISS's 4-bit TurboQuant-MSE codes (``tq4``: ``sq4``'s bytes, with levels computed
+  for the coordinates of unit vectors rather than learnt). Every coded storage switches at the
+  same point: until ``sq_train_size``
   vectors exist the graph stores float32 (``stats`` says ``"trained": False``) and
-  :meth:`HnswIndex.replacement` then trains on every vector present and builds the SQ8 graph.
+  :meth:`HnswIndex.replacement` then trains on every vector present and builds the coded graph.
   HNSW cannot remove a node, so a removed id becomes a tombstone: it stays in the graph (still
   useful for navigating) and searches exclude it with an ``IDSelector`` inside the graph walk, so a
   search still returns ``k`` live results without over-fetching. Once tombstones pass
@@ -27,7 +29,7 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   MSHC bundle's), the index is trained from the start with exactly those centroids.
 
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
-``4 · dim`` for float32 storage, ``dim`` for SQ8, ``dim / 2`` for SQ4, the PQ code size once
+``4 · dim`` for float32 storage, ``dim`` for SQ8, ``dim / 2`` for SQ4 and TQ4, the PQ code size once
 trained.
 
 Filtered search (:meth:`VectorIndex.search_filtered`) returns only rows of a
@@ -52,15 +54,20 @@ import numpy as np
 from index.rowset import RowSet
 
 KINDS = ("exact", "hnsw", "pq")
-HNSW_STORAGES = ("flat", "sq8", "sq4")
-_QUANTIZERS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "sq4": faiss.ScalarQuantizer.QT_4bit}
+SQ_QUANTIZERS = {
+    "sq8": faiss.ScalarQuantizer.QT_8bit,
+    "sq4": faiss.ScalarQuantizer.QT_4bit,
+    "tq4": faiss.ScalarQuantizer.QT_4bit_tqmse,
+}
+"""The coded HNSW storages and the FAISS scalar quantizer of each."""
+HNSW_STORAGES = ("flat", *SQ_QUANTIZERS)
 
 
 @dataclass(frozen=True)
 class HnswParams:
     """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, and
-    how the graph stores vectors (``flat`` float32, or ``sq8`` or ``sq4`` codes, trained once
-    ``sq_train_size`` vectors exist)."""
+    how the graph stores vectors (``flat`` float32, or ``sq8``, ``sq4`` or ``tq4`` codes,
+    trained once ``sq_train_size`` vectors exist)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -163,7 +170,7 @@ def _hnsw_graph(dim: int, params: HnswParams, training: np.ndarray | None) -> fa
     else:
         graph = faiss.IndexHNSWSQ(  # type: ignore[assignment]  # both are IndexHNSW
             dim,
-            _QUANTIZERS[params.storage],  # type: ignore[arg-type]  # the stubs want the object
+            SQ_QUANTIZERS[params.storage],  # type: ignore[arg-type]  # the stubs want the object
             params.m,
             faiss.METRIC_INNER_PRODUCT,
         )

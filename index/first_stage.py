@@ -2,7 +2,8 @@
 (its prefix, how it stores vectors, its degree) and with which knobs, on a bundle's own vectors.
 
 Each candidate is an HNSW graph over a trained prefix (the full dimension included) storing
-8-bit or 4-bit scalar-quantised codes (``sq8``, ``sq4``), at degree ``M`` 16 or 32. It is
+8-bit or 4-bit scalar-quantised codes (``sq8``, ``sq4``) or 4-bit TurboQuant codes (``tq4``),
+at degree ``M`` 16 or 32. It is
 searched the way the service searches: the native funnel (:mod:`index.funnel`) walks the graph
 for a shortlist of ``k × factor`` and re-ranks it exactly at the full dimension against float16
 full vectors, one query per call on one thread. Every (efSearch, factor) pair of a small sweep
@@ -25,9 +26,9 @@ from typing import Any
 import faiss
 import numpy as np
 
+from index.faiss_indexes import SQ_QUANTIZERS
 from index.funnel import Funnel
 
-STORAGES = {"sq8": faiss.ScalarQuantizer.QT_8bit, "sq4": faiss.ScalarQuantizer.QT_4bit}
 DEGREES = (16, 32)
 EF_VALUES = (16, 32, 64, 128, 256)
 FACTORS = (2, 4, 8)
@@ -141,7 +142,7 @@ def _graph(corpus: np.ndarray, candidate: Candidate) -> faiss.IndexHNSW:
     vectors = _unit(corpus[:, : candidate.dim])
     graph = faiss.IndexHNSWSQ(
         candidate.dim,
-        STORAGES[candidate.storage],  # type: ignore[arg-type]  # the stubs want the object
+        SQ_QUANTIZERS[candidate.storage],  # type: ignore[arg-type]  # the stubs want the object
         candidate.m,
         faiss.METRIC_INNER_PRODUCT,
     )
@@ -194,7 +195,7 @@ def measure_first_stage(
     queries: np.ndarray,
     prefix_dims: Sequence[int],
     *,
-    storages: Sequence[str] = tuple(STORAGES),
+    storages: Sequence[str] = tuple(SQ_QUANTIZERS),
     degrees: Sequence[int] = DEGREES,
     ef_values: Sequence[int] = EF_VALUES,
     factors: Sequence[int] = FACTORS,
@@ -213,9 +214,11 @@ def measure_first_stage(
         raise ValueError(f"corpus and queries must be [n, {full_dim}], got {corpus.shape}")
     if queries.shape[1] != full_dim or len(corpus) < K or not len(queries):
         raise ValueError(f"need [n, {full_dim}] queries and at least {K} corpus rows")
-    unknown = set(storages) - set(STORAGES)
+    unknown = set(storages) - set(SQ_QUANTIZERS)
     if unknown:
-        raise ValueError(f"storages must be among {', '.join(STORAGES)}, got {sorted(unknown)}")
+        raise ValueError(
+            f"storages must be among {', '.join(SQ_QUANTIZERS)}, got {sorted(unknown)}"
+        )
     if budget_bytes is None:
         budget_bytes = int(BUDGET_SHARE * (4 * full_dim + 4 * 2 * 32))
     full_corpus, full_queries = _unit(corpus), _unit(queries)

@@ -70,11 +70,12 @@ class StorageSettings(BaseSettings):
     hnsw_m: int = Field(32, ge=2, description="HNSW graph degree (M)")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW beam width while building")
     hnsw_ef_search: int = Field(128, ge=1, description="HNSW beam width while searching")
-    hnsw_storage: Literal["flat", "sq8", "sq4"] = Field(
+    hnsw_storage: Literal["flat", "sq8", "sq4", "tq4"] = Field(
         "flat",
         description="HNSW vectors as float32 (flat) or 8-bit or 4-bit scalar-quantised codes "
-        "(sq8, sq4: a quarter or an eighth of the bytes; float32 until 10,000 vectors exist to "
-        "learn the ranges)",
+        "(sq8, sq4: a quarter or an eighth of the bytes; their ranges learnt), or 4-bit "
+        "TurboQuant-MSE codes (tq4: sq4's bytes, levels computed for unit vectors); float32 "
+        "until 10,000 vectors exist",
     )
     first_stage: Literal["settings", "bundle"] = Field(
         "settings",

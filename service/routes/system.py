@@ -41,7 +41,7 @@ class FirstStage(FromAttributes):
         "bundle's shortlist prefix."
     )
     shortlist_dim: int = Field(description="The prefix C2F's graph walk shortlists at.")
-    hnsw_storage: str = Field(description="How the graphs store vectors: flat, sq8 or sq4.")
+    hnsw_storage: str = Field(description="How the graphs store vectors: flat, sq8, sq4 or tq4.")
     hnsw_m: int = Field(description="The graphs' degree M.")
     measured: dict[str, Any] | None = Field(
         description="The bundle's measured choice at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from index.coarse_beam import TOLERANCE, BeamPoint, choose_beam, measure_coarse_beam
+from index.faiss_indexes import HNSW_STORAGES
 
 DIM = 32
 COARSE = 8
@@ -47,7 +48,7 @@ def test_every_beam_is_measured_against_exact_search(data) -> None:
     assert measured.exact_precision == pytest.approx(_exact_precision(*data))
     assert 0.3 < measured.exact_precision < 0.99  # the domains are blurred, not separable
     assert {(p.storage, p.ef_search) for p in measured.points} == {
-        (storage, ef) for storage in ("flat", "sq8", "sq4") for ef in (2, 16, 256)
+        (storage, ef) for storage in HNSW_STORAGES for ef in (2, 16, 256)
     }
     for point in measured.points:
         assert 0.0 <= point.precision <= 1.0 and point.p99_us >= point.p50_us > 0
@@ -59,8 +60,8 @@ def test_every_beam_is_measured_against_exact_search(data) -> None:
         assert choice == choose_beam(mine, measured.exact_precision)
     assert measured.ef_search("flat") is not None
     recorded = measured.to_json()
-    assert recorded["dim"] == COARSE and set(recorded["choices"]) == {"flat", "sq8", "sq4"}
-    assert len(recorded["points"]) == 9
+    assert recorded["dim"] == COARSE and set(recorded["choices"]) == set(HNSW_STORAGES)
+    assert len(recorded["points"]) == 3 * len(HNSW_STORAGES)
     table = "\n".join(measured.markdown())
     assert table.startswith("## Coarse beam") and "| sq4 |" in table
 

@@ -129,7 +129,9 @@ def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
         read_index("hnsw", 8, tmp_path / "h.faiss", HnswParams(), PqParams())
 
 
-@pytest.mark.parametrize(("storage", "code_bytes", "floor"), [("sq8", 64, 0.85), ("sq4", 32, 0.6)])
+@pytest.mark.parametrize(
+    ("storage", "code_bytes", "floor"), [("sq8", 64, 0.85), ("sq4", 32, 0.6), ("tq4", 32, 0.6)]
+)
 def test_hnsw_sq_stores_floats_until_its_training_size_then_quantises(
     rng: np.random.Generator, tmp_path: Path, storage: str, code_bytes: int, floor: float
 ) -> None:
