@@ -23,8 +23,9 @@ lane otherwise, or when no bulk batch has run for :data:`BULK_TURN_S` (so that i
 moving, at one batch per turn, under a stream of queries). A batch never mixes the lanes: a query
 does not wait behind long documents in its own batch.
 
-Admission: the queue holds at most ``max_depth`` texts, and measures what a text costs (a
-running mean of encoder seconds per text). :meth:`MicroBatcher.admit` refuses a new request
+Admission: the queue holds at most ``max_depth`` texts, and measures what a batch costs (a
+fixed part per batch and a part per text, :mod:`service.batch_cost`), so that the queue's wait
+is priced as the batches it will take. :meth:`MicroBatcher.admit` refuses a new request
 with :class:`Overloaded` (HTTP 429, with a ``Retry-After`` from the estimated wait) when the
 queue is full or its estimated wait is over ``queue_deadline_s``; a query counts only the
 query lane and the batch being encoded, bulk texts count everything queued. :mod:`service.admission`
@@ -52,11 +53,10 @@ import numpy as np
 from encoding import TokenIds
 from encoding.encoder import Encoded, EncoderInput
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, nearest_batch
+from service.batch_cost import BatchCost
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
 
-SMOOTHING = 0.2
-"""Weight of the newest batch in the running mean of encoder seconds per text."""
 INLINE_TOKENISE_TEXTS = 8
 INLINE_TOKENISE_CHARS = 1024
 """Requests of at most :data:`INLINE_TOKENISE_TEXTS` texts and this many characters are
@@ -172,7 +172,7 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._worker: asyncio.Task | None = None
         self._in_flight: list[_Item] = []
-        self._text_seconds: float | None = None
+        self._cost = BatchCost()
 
     @property
     def depth(self) -> int:
@@ -211,12 +211,10 @@ class MicroBatcher:
 
     def estimated_wait_s(self, bulk: bool = False) -> float | None:
         """Seconds until the texts ahead of a new text of that lane (and the batch being
-        encoded) are likely done, from the measured encoder seconds per text; None before any
-        batch was measured. (``max_wait`` is left out: a queue that has a backlog fills its
-        batches at once.)"""
-        if self._text_seconds is None:
-            return None
-        return (self._ahead(bulk) + len(self._in_flight)) * self._text_seconds
+        encoded) are likely done, in batches of up to ``max_batch`` at the measured cost of a
+        batch; None before any batch was measured. (``max_wait`` is left out: a queue that has
+        a backlog fills its batches at once.)"""
+        return self._cost.wait_s(self._ahead(bulk), len(self._in_flight), self.max_batch)
 
     def retry_after_s(self, bulk: bool = False) -> int:
         """Whole seconds until the texts ahead of a new one of that lane have likely been
@@ -402,9 +400,7 @@ class MicroBatcher:
                 continue
             elapsed = time.monotonic() - started
             self._metrics.encode_seconds.observe(elapsed)
-            per_text = elapsed / len(batch)
-            mean = self._text_seconds
-            self._text_seconds = per_text if mean is None else mean + SMOOTHING * (per_text - mean)
+            self._cost.observe(len(batch), elapsed)
             for row, item in enumerate(batch):
                 self._deliver(item, encoded.vectors[row], int(encoded.tokens[row]))
             self._in_flight = []

@@ -112,7 +112,8 @@ class Settings(StorageSettings):
     queue_deadline_ms: float = Field(
         500.0,
         ge=0,
-        description="estimated encoder queue wait (texts queued × measured seconds per text) "
+        description="estimated encoder queue wait (the queued texts' batches at the measured cost "
+        "of a batch: a fixed part per batch and a part per text) "
         "over which encoding requests get 429 before their body is read, with Retry-After that "
         "wait rounded up; 0 = only queue_depth",
     )
