@@ -37,16 +37,30 @@ class _Sums:
     nt: float
 
     def update(self, n: float, t: float) -> None:
-        for name, value in (("n", n), ("t", t), ("nn", n * n), ("nt", n * t)):
-            mean = getattr(self, name)
-            setattr(self, name, mean + SMOOTHING * (value - mean))
+        self.n += SMOOTHING * (n - self.n)
+        self.t += SMOOTHING * (t - self.t)
+        self.nn += SMOOTHING * (n * n - self.nn)
+        self.nt += SMOOTHING * (n * t - self.nt)
+
+    def parts(self) -> tuple[float, float]:
+        """``(fixed, per_text)`` by least squares, or ``(0, mean per text)`` (see the module
+        docstring)."""
+        variance = self.nn - self.n * self.n
+        if variance >= MIN_SIZE_VARIANCE:
+            per_text = (self.nt - self.n * self.t) / variance
+            fixed = self.t - per_text * self.n
+            if per_text > 0 and fixed >= 0:
+                return fixed, per_text
+        return 0.0, self.t / self.n
 
 
 class BatchCost:
-    """The fitted ``fixed`` seconds per batch and ``per_text`` seconds per text."""
+    """The fitted ``fixed`` seconds per batch and ``per_text`` seconds per text, refitted once
+    per batch (admission reads them for every request)."""
 
     def __init__(self) -> None:
         self._sums: _Sums | None = None
+        self._parts: tuple[float, float] | None = None
 
     def observe(self, texts: int, seconds: float) -> None:
         """Count one batch of ``texts`` texts that took ``seconds``."""
@@ -56,31 +70,18 @@ class BatchCost:
             self._sums = _Sums(texts, seconds, texts * texts, texts * seconds)
         else:
             self._sums.update(texts, seconds)
-
-    @property
-    def measured(self) -> bool:
-        return self._sums is not None
+        self._parts = self._sums.parts()
 
     def parts(self) -> tuple[float, float] | None:
         """``(fixed, per_text)`` seconds, or None before any batch; ``fixed`` is 0 while the
         parts cannot be told apart (see the module docstring)."""
-        sums = self._sums
-        if sums is None:
-            return None
-        variance = sums.nn - sums.n * sums.n
-        if variance >= MIN_SIZE_VARIANCE:
-            per_text = (sums.nt - sums.n * sums.t) / variance
-            fixed = sums.t - per_text * sums.n
-            if per_text > 0 and fixed >= 0:
-                return fixed, per_text
-        return 0.0, sums.t / sums.n
+        return self._parts
 
     def wait_s(self, queued: int, in_flight: int, max_batch: int) -> float | None:
         """Seconds until ``queued`` texts, in batches of up to ``max_batch``, and a batch of
         ``in_flight`` texts being encoded are done; None before any batch was measured."""
-        parts = self.parts()
-        if parts is None:
+        if self._parts is None:
             return None
-        fixed, per_text = parts
+        fixed, per_text = self._parts
         batches = math.ceil(queued / max_batch) + (1 if in_flight else 0)
         return batches * fixed + (queued + in_flight) * per_text
