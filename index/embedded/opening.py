@@ -14,6 +14,7 @@ import numpy as np
 
 from index.checks import check_count, check_layout
 from index.embedded.filter_plan import FilterParams
+from index.embedded.row_names import RowNames
 from index.embedded.snapshot import load_snapshot
 from index.embedded.state import SCORINGS, CollectionState, IndexSpec
 from index.embedded.store import STORE_FILE, ChangeSet, Store
@@ -149,6 +150,9 @@ class Opening(CollectionState):
                 index.add(added, self._map(spec.scoring, spec.dim, self._vectors.gather(added)))
             self._indexes[name] = index.replacement() or index
         self._applied = changes.counter
+        self._names = RowNames()
+        for rows, doc_ids in self._store.iter_names(CHUNK_ROWS):
+            self._names.add(rows, doc_ids)
         self._recovery = DiskRecovery(
             snapshot_counter=loaded.counter if loaded.indexes else None,
             loaded=sorted(loaded.indexes),

@@ -75,21 +75,25 @@ class Searching(FilterPlanning):
             return SearchResult(self._hits(scores, rows, False), timings, None)
 
     def _hits(self, scores: np.ndarray, rows: np.ndarray, contents: bool) -> list[list[Hit]]:
-        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, named (and with
-        ``contents``, given their text and metadata) from one store query for every query's
-        rows. A row removed from the store whose removal the indexes have not applied yet is
-        still named (the search saw that state), but has no contents to show: with
+        """Hits per query from FAISS's ``(queries, k)`` score and row matrices, named from the
+        in-memory table of the rows the indexes hold (:mod:`index.embedded.row_names`), or
+        with ``contents`` given their names, text and metadata from one store query for every
+        query's rows. A row removed from the store whose removal the indexes have not applied
+        yet is still named (the search saw that state), but has no contents to show: with
         ``contents`` it is left out. Called under the read lock, so the names are those of the
         state the search saw."""
         row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
-        named = self._store.names(
-            (row for query_rows in row_lists for row in query_rows if row >= 0), contents
-        )
+        wanted = (row for query_rows in row_lists for row in query_rows if row >= 0)
+        if contents:
+            read = self._store.names(wanted, True)
+            found = {row: named for row, named in read.items() if named[1] is not None}
+        else:
+            found = {row: (name, None) for row, name in self._names.names(wanted).items()}
         return [
             [
-                Hit(found[0], score, found[1])
+                Hit(named[0], score, named[1])
                 for row, score in zip(query_rows, query_scores, strict=True)
-                if (found := named.get(row)) is not None and (found[1] is not None or not contents)
+                if (named := found.get(row)) is not None
             ]
             for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
         ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from index.embedded.row_names import RowNames
 from index.embedded.store import Store
 from index.embedded.vector_file import VectorFile
 from index.faiss_indexes import HnswParams, PqParams, VectorIndex
@@ -63,6 +64,8 @@ class CollectionState:
     _vectors: VectorFile
     _count: int
     _indexes: dict[str, VectorIndex]
+    _names: RowNames
+    """The string id of every row an index holds: a search's hits are named from it."""
     _recovery: DiskRecovery
     _ingest_seconds: dict[str, float]
     _applied: int | None

@@ -561,6 +561,16 @@ class Store:
         finally:
             db.execute("COMMIT")
 
+    def iter_names(self, chunk: int) -> Iterator[tuple[np.ndarray, list[str]]]:
+        """Every present document's ``(row ids, string ids)``, ``chunk`` rows at a time in row
+        order, read from the names' index in one statement (one consistent state)."""
+        cursor = self._reader().execute(
+            "SELECT row_id, doc_id FROM documents INDEXED BY doc_names ORDER BY row_id"
+        )
+        while records := cursor.fetchmany(chunk):
+            rows, doc_ids = zip(*records, strict=True)
+            yield np.array(rows, dtype=np.int64), list(doc_ids)
+
     def doc_ids_of(self, rows: Sequence[int]) -> list[str | None]:
         """The string ids of these rows in the order given (see :meth:`named`)."""
         return [name for name, _ in self.named(rows)]

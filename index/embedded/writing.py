@@ -45,6 +45,7 @@ class Writing(CollectionState):
             self._ingest_seconds["store"] += time.perf_counter() - started
             self._applied = None  # until the indexes have caught up; see snapshot()
             rows = np.array(upserted.rows, dtype=np.int64)
+            doc_ids = [document.id for document in documents]
             for start in range(0, len(rows), CHUNK):
                 chunk = slice(start, start + CHUNK)
                 old = np.array(
@@ -53,6 +54,7 @@ class Writing(CollectionState):
                 started = time.perf_counter()
                 with self._lock.write():
                     self._vectors.write(rows[chunk], unit[chunk])
+                    self._names.add(rows[chunk], doc_ids[chunk])
                     self._count += len(rows[chunk]) - len(old)
                 written = time.perf_counter()
                 for name, spec in self._specs.items():
@@ -61,6 +63,9 @@ class Writing(CollectionState):
                         if old.size:
                             index.remove(old)
                         index.add(rows[chunk], mapped[spec.scoring, spec.dim][chunk])
+                if old.size:  # no index holds the replaced rows now
+                    with self._lock.write():
+                        self._names.drop(old)
                 self._ingest_seconds["full_vectors"] += written - started
                 self._ingest_seconds["indexes"] += time.perf_counter() - written
             started = time.perf_counter()
@@ -83,6 +88,7 @@ class Writing(CollectionState):
                     with self._lock.write():
                         self._indexes[name].remove(rows)
                 with self._lock.write():
+                    self._names.drop(rows)
                     self._count -= len(rows)
                 self._swap_in_replacements()
             self._applied = deleted.counter

@@ -136,6 +136,29 @@ def test_replace_and_delete_show_in_search_and_get(
         assert stats.indexes["cosine-64-pq"]["trained"]
 
 
+def test_hits_are_named_from_memory_as_the_store_names_them(
+    tmp_path: Path, corpus: tuple[list[str], np.ndarray]
+) -> None:
+    ids, vectors = corpus
+    collection = open_collection(tmp_path, index_kinds=("exact", "hnsw"))
+    collection.upsert(ids, [f"text {i}" for i in ids], vectors)
+    collection.upsert(["doc-3", "new"], ["replaced", "added"], vectors[7:9])
+    collection.delete(["doc-8", "doc-20"])
+    queries = np.concatenate([vectors[:20], vectors[7:9]])
+
+    def named(contents: bool) -> list[list[str]]:
+        found = collection.search(queries, 40, 64, "hnsw", contents=contents).hits
+        found += collection.search_c2f(queries, 40, 16, kind="hnsw", contents=contents).hits
+        return [[hit.id for hit in row] for row in found]
+
+    before = named(False)
+    assert before == named(True)
+    assert {"doc-3", "new"} <= set(before[-1]) and not {"doc-8", "doc-20"} & set(sum(before, []))
+    collection.close()
+    collection = open_collection(tmp_path, index_kinds=("exact", "hnsw"))
+    assert named(False) == before
+
+
 def test_hnsw_graphs_are_rebuilt_once_deletions_pass_the_threshold(
     tmp_path: Path, corpus: tuple[list[str], np.ndarray]
 ) -> None:

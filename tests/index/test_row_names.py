@@ -1,0 +1,62 @@
+"""The in-memory row → document id table that names a search's hits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from index.embedded import row_names
+from index.embedded.row_names import RowNames
+
+
+def test_rows_are_named_and_forgotten() -> None:
+    names = RowNames()
+    names.add([3, 1, 2000], ["c", "a", "big row"])
+    assert len(names) == 3
+    assert names.names([1, 3, 2, 2000, 1, -1, 10**9]) == {1: "a", 3: "c", 2000: "big row"}
+    assert names.get(2) is None and names.get(-5) is None and names.get(10**9) is None
+    names.drop([3, 3, 7, -1, 10**9])  # unknown and repeated rows are ignored
+    assert len(names) == 2
+    assert names.names([3, 1]) == {1: "a"}
+    names.add([3], ["c again"])
+    assert names.get(3) == "c again" and len(names) == 3
+
+
+def test_any_string_id_round_trips() -> None:
+    odd = ["ünïcødé", "emoji 🧭", "lone \udcff surrogate", "x" * 256, "with\nnewline"]
+    names = RowNames()
+    names.add(np.arange(len(odd)), odd)
+    assert [names.get(row) for row in range(len(odd))] == odd
+
+
+def test_the_buffer_is_rewritten_once_dropped_ids_outweigh_live_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(row_names, "MIN_COMPACT_BYTES", 0)
+    names = RowNames()
+    ids = [f"document-{i}" for i in range(1000)]
+    names.add(np.arange(1000), ids)
+    full = names.nbytes
+    names.drop(np.arange(0, 1000, 4))  # a quarter dropped: no rewrite yet
+    assert names.nbytes == full
+    names.drop(np.arange(1, 1000, 4))
+    names.drop(np.arange(2, 1000, 4))  # three quarters dropped: rewritten with the live ones
+    assert names.nbytes < full
+    assert names.names(range(1000)) == {row: ids[row] for row in range(3, 1000, 4)}
+    names.add([5000], ["after the rewrite"])
+    assert names.get(5000) == "after the rewrite" and names.get(7) == ids[7]
+
+
+@pytest.mark.parametrize(
+    ("rows", "doc_ids", "message"),
+    [
+        ([1, 2], ["a"], "2 rows and 1 ids"),
+        ([1, 1], ["a", "b"], "distinct and non-negative"),
+        ([-1], ["a"], "distinct and non-negative"),
+    ],
+)
+def test_bad_additions_are_refused(rows: list[int], doc_ids: list[str], message: str) -> None:
+    names = RowNames()
+    with pytest.raises(ValueError, match=message):
+        names.add(rows, doc_ids)
+    assert len(names) == 0
