@@ -10,11 +10,11 @@ thread; recall@10 is against exact search at the full dimension. The engines:
 - ``fractal``: the fine route as the service runs it on the tiered layout, i.e.
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
-  named from the collection's in-memory row table (knobs: efSearch and the shortlist factor). One engine row per first stage
-  of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's prefix, its ``sq8``, ``sq4``
-  or ``tq4`` codes and its degree, by default every engine's), e.g. ``fractal:192-sq8-m16``; at each
-  recall floor Fractal is its fastest first stage there, as the service's measured choice
-  would be;
+  named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
+  One engine row per first stage of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's
+  prefix, its ``sq8``, ``sq4`` or ``tq4`` codes and its degree, by default every engine's), e.g.
+  ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first stage there, as
+  the service's measured choice would be;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);

@@ -17,9 +17,12 @@ Two settings (``--task-loss``):
   ``--eval-datasets`` (logistic regression fitted on ``--max-train`` of its training texts).
 
 ``--ablations mic-scr,mipic-pic`` adds variants with one component left out, trained at
-``--ablation-seeds``. With ``--resume yes`` the runs already in the results file (same setting)
-are kept and only the missing ones run. The file is rewritten after every run, so an
-interrupted benchmark keeps what it measured; with ``--checkpoint-dir`` a run interrupted
+``--ablation-seeds``; a variant may instead give its loss a setting other than the default
+reading of the paper (``mipic@attention_temperature=0.05``, :data:`training.finetune.SETTABLE`),
+a screen of another reading. Each variant is compared with MRL and with its full objective.
+With ``--resume yes`` the runs already in the results file (same setting) are kept and only
+the missing ones run. The file is rewritten after every run, so an interrupted benchmark keeps
+what it measured; with ``--checkpoint-dir`` a run interrupted
 part-way also resumes from its last checkpoint (:mod:`training.finetune_checkpoint`). Such a
 benchmark spans sessions and machines, so each trained run keeps its own date, CPU model,
 device (``cpu`` or ``cuda (GPU name)``) and load average at its start and end (``machine`` in its
@@ -66,9 +69,10 @@ from benchmarks.harness.runner import results_name as file_stem
 from training.data.dataset import DatasetSplits
 from training.data.registry import data_dir, load_dataset
 from training.data.unlabelled import PAPER_CORPUS_SIZE, unlabelled_corpus
+from training.errors import FractalError
 from training.evaluation.knn import knn_accuracy_table
 from training.evaluation.linear_probe import logistic_regression_scores
-from training.finetune import ABLATABLE, FinetuneConfig, embed_texts, finetune
+from training.finetune import FinetuneConfig, embed_texts, finetune
 from training.finetune_checkpoint import FinetuneCheckpoint
 from training.frozen_encoder import FrozenEncoder
 from training.objectives.simcse import TASK_LOSSES
@@ -115,7 +119,9 @@ class Settings:
     max_test: int | None = option(None, "test texts (default: the whole test split)")
     objectives: tuple[str, ...] = option(("mrl", "mic", "mipic"), "comma-separated objectives")
     seeds: tuple[int, ...] = option((42,), "comma-separated seeds")
-    ablations: tuple[str, ...] = option((), "variants with a component left out: mic-scr,…")
+    ablations: tuple[str, ...] = option(
+        (), "variants: a component left out (mic-scr,…) or a loss setting given (mipic@NAME=X)"
+    )
     ablation_seeds: tuple[int, ...] = option((42,), "seeds of the ablation variants")
     dims: tuple[int, ...] = option((16, 32, 64, 128, 256, 384), "comma-separated prefixes")
     steps: int = option(300, "fine-tuning steps (when --epochs is not given)")
@@ -145,10 +151,29 @@ def results_name(settings: Settings) -> str:
     return f"low_dim_{Path(settings.dataset).name}"
 
 
+def parse_variant(variant: str) -> tuple[str, tuple[str, ...], tuple[tuple[str, float], ...]]:
+    """A variant's objective, the components it leaves out and the loss settings it gives:
+    ``mic`` → MIC; ``mic-scr`` → MIC without SCR (components after the dashes);
+    ``mipic@attention_temperature=0.05`` → MIPIC with that setting (a reading). A setting that
+    is not a number is a :class:`ValueError`."""
+    head, *settings = variant.split("@")
+    objective, *without = head.split("-")
+    options = []
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        try:
+            options.append((name, float(value)))
+        except ValueError:
+            raise ValueError(f"variant {variant!r}: {setting!r} is not NAME=NUMBER") from None
+        if not equals:
+            raise ValueError(f"variant {variant!r}: {setting!r} is not NAME=NUMBER")
+    return objective, tuple(without), tuple(options)
+
+
 def variant_config(base: FinetuneConfig, variant: str, seed: int) -> FinetuneConfig:
-    """``mic`` → MIC; ``mic-scr`` → MIC without SCR (components after the dashes)."""
-    objective, *without = variant.split("-")
-    return replace(base, objective=objective, seed=seed, without=tuple(without))
+    """The training run of ``variant`` (:func:`parse_variant`) at ``seed``."""
+    objective, without, options = parse_variant(variant)
+    return replace(base, objective=objective, seed=seed, without=without, options=options)
 
 
 def _scores(train_vectors, train_labels, test_vectors, test_labels, dims) -> dict:
@@ -172,10 +197,16 @@ def _check(settings: Settings) -> None:
     if settings.task_loss not in TASK_LOSSES:
         raise SystemExit(f"error: --task-loss must be one of {', '.join(TASK_LOSSES)}")
     for variant in settings.ablations:
-        objective, *without = variant.split("-")
-        if not without or not set(without) <= set(ABLATABLE.get(objective, ())):
+        try:
+            config = variant_config(FinetuneConfig(), variant, 0)
+            config.validate()
+        except (ValueError, FractalError) as exc:
+            raise SystemExit(f"error: variant {variant!r}: {exc}") from None
+        if not (config.without or config.options):
             raise SystemExit(
-                f"error: ablation {variant!r}: expected mic-scr, mic-sir, mipic-sia or mipic-pic"
+                f"error: variant {variant!r} is a full objective: expected one with a component "
+                "left out (mic-scr, mic-sir, mipic-sia, mipic-pic) or a setting given "
+                "(mipic@attention_temperature=0.05)"
             )
 
 
@@ -220,9 +251,10 @@ def paired(runs: list[dict], variant: str, dataset: str, metric: str,
 
 
 def full_objective(variant: str) -> str | None:
-    """The objective an ablation variant leaves a component out of (``mic-scr`` → ``mic``)."""
-    objective, *without = variant.split("-")
-    return objective if without else None
+    """The full objective a variant departs from (``mic-scr`` and
+    ``mipic@attention_temperature=0.05`` → ``mic`` and ``mipic``); None for a full objective."""
+    objective, without, options = parse_variant(variant)
+    return objective if without or options else None
 
 
 def _summarise(runs: list[dict], datasets: list[str]) -> dict:
@@ -320,8 +352,8 @@ def _dataset_section(payload: dict, dataset: str) -> list[str]:
 PAIRED_TABLES = {
     "vs_mrl": "Paired difference to matched MRL (points, mean over the seeds both ran; two-sided "
               "one-sample t-test on the per-seed differences):",
-    "vs_full": "Ablations: the variant − its full objective (points, same seeds; a negative "
-               "number is what the component left out adds):",
+    "vs_full": "Variants: the variant − its full objective (points, same seeds; for an "
+               "ablation, a negative number is what the component left out adds):",
 }
 
 
@@ -510,7 +542,8 @@ def train_run(job: Job, variant: str, seed: int, progress: bool) -> dict:
     scores = job.score(lambda texts: embed_texts(result, encoder, texts))
     machine["load_average_1_5_15_min_at_end"] = load_average()
     return {"variant": variant, "objective": config.objective, "without": list(config.without),
-            "seed": seed, "train_seconds": result.train_seconds, "sessions": result.sessions,
+            "options": dict(config.options), "seed": seed,
+            "train_seconds": result.train_seconds, "sessions": result.sessions,
             "history": result.history, "scores": scores, "machine": machine}
 
 

@@ -25,6 +25,7 @@ projection, the objective's own parameters and the batches follow the backbone t
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -50,6 +51,8 @@ from training.token_encoder import CachedTokenStates, TokenEncoder
 
 ABLATABLE = {name: loss.components for name, loss in FINETUNE_LOSSES.items() if loss.components}
 """The components an ablation (``without``) may leave out, per objective."""
+SETTABLE = {name: loss.options for name, loss in FINETUNE_LOSSES.items() if loss.options}
+"""The loss settings a run may give (``options``), per objective."""
 # MIC's layers for a 6-layer backbone (TinyBERT-6L, MIC paper appendix D).
 MIC_PAPER_LAYERS_6L = (2, 4)
 HISTORY_EVERY = 50
@@ -75,6 +78,9 @@ class FinetuneConfig:
     without: tuple[str, ...] = ()
     """Components of the objective left out (an ablation): MIC's ``scr``/``sir``, MIPIC's
     ``sia``/``pic``."""
+    options: tuple[tuple[str, float], ...] = ()
+    """Settings of the objective's loss other than its defaults, ``(name, value)`` (a reading
+    of the paper screened against the default one): MIPIC's ``attention_temperature``."""
 
     def validate(self) -> None:
         if self.objective not in FINETUNE_OBJECTIVES:
@@ -113,6 +119,13 @@ class FinetuneConfig:
         if unknown:
             components = f"the components {', '.join(allowed)}" if allowed else "none to leave out"
             raise FractalError(f"--without {','.join(unknown)}: {self.objective} has {components}")
+        settable = SETTABLE.get(self.objective, ())
+        for name, value in self.options:
+            if name not in settable:
+                known = f"the settings {', '.join(settable)}" if settable else "no settings"
+                raise FractalError(f"option {name!r}: {self.objective} has {known}")
+            if not math.isfinite(value) or value <= 0:
+                raise FractalError(f"option {name!r} must be a positive number, got {value!r}")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -160,7 +173,7 @@ def build_loss(config: FinetuneConfig, model: TokenEncoder) -> nn.Module:
     if config.objective == "mic":
         return MICLoss(
             config.prefix_dims, align_layers(model), pooling=model.pooling, task_loss=task,
-            without=config.without,
+            without=config.without, **dict(config.options),
         )
     return MIPICLoss(
         config.prefix_dims,
@@ -170,6 +183,7 @@ def build_loss(config: FinetuneConfig, model: TokenEncoder) -> nn.Module:
         pooling=model.pooling,
         task_loss=task,
         without=config.without,
+        **dict(config.options),
     )
 
 

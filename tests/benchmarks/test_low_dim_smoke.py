@@ -4,12 +4,14 @@ exist and their numbers are sane scores (no timings)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from benchmarks import low_dim
 from tests.benchmarks.smoke import run_smoke
+from training.finetune import FinetuneConfig
 
 
 @pytest.mark.slow
@@ -114,6 +116,28 @@ def test_paired_differences_name_mixed_devices() -> None:
     assert ablation["reference"] == "mic" and ablation["mixed_devices"] == [1]
     assert ablation["per_seed"][0] == pytest.approx([-6.0]) and ablation["p_value"] == [None]
     assert low_dim.full_objective("mic-sir") == "mic" and low_dim.full_objective("mic") is None
+
+
+def test_variants_name_their_objective_left_out_components_and_settings() -> None:
+    reading = "mipic@attention_temperature=0.05"
+    assert low_dim.parse_variant(reading) == ("mipic", (), (("attention_temperature", 0.05),))
+    assert low_dim.parse_variant("mic-scr") == ("mic", ("scr",), ())
+    assert low_dim.full_objective(reading) == "mipic"
+    config = low_dim.variant_config(FinetuneConfig(), reading, 7)
+    assert (config.objective, config.seed, config.without) == ("mipic", 7, ())
+    assert config.options == (("attention_temperature", 0.05),)
+    low_dim._check(replace(low_dim.Settings(), ablations=(reading, "mipic-sia")))
+    for bad, message in [
+        ("mipic@attention_temperature", "is not NAME=NUMBER"),
+        ("mipic@attention_temperature=warm", "is not NAME=NUMBER"),
+        ("mipic@tau=1", "option 'tau'"),
+        ("mic@attention_temperature=1", "mic has no settings"),
+        ("mipic@attention_temperature=-1", "positive number"),
+        ("mic-xyz", "--without xyz"),
+        ("mipic", "is a full objective"),
+    ]:
+        with pytest.raises(SystemExit, match=message):
+            low_dim._check(replace(low_dim.Settings(), ablations=(bad,)))
 
 
 def _check_scores(report: dict, datasets: list[str], dims: int) -> None:

@@ -164,6 +164,32 @@ def test_a_run_stopped_part_way_resumes_from_its_checkpoint(tmp_path: Path) -> N
         train(FinetuneCheckpoint(path, every=2))
 
 
+@pytest.mark.slow
+def test_a_loss_setting_reaches_the_loss_trained() -> None:
+    texts = load_dataset("banking77", max_train=16, max_test=8).train.texts
+    config = FinetuneConfig(objective="mipic", unfreeze_layers=1, steps=1, batch_size=4,
+                            task_loss="simcse", options=(("attention_temperature", 0.05),))
+    result = finetune(FrozenEncoder(max_tokens=16), texts, None, config, progress=False)
+    assert result.loss.attention_temperature == 0.05
+    assert result.config.to_json()["options"] == [["attention_temperature", 0.05]]
+
+
+@pytest.mark.parametrize(
+    ("objective", "options", "message"),
+    [
+        ("mipic", (("tau", 1.0),), "option 'tau': mipic has the settings attention_temperature"),
+        ("mic", (("attention_temperature", 1.0),), "option 'attention_temperature': mic has no"),
+        ("mipic", (("attention_temperature", 0.0),), "must be a positive number"),
+        ("mipic", (("attention_temperature", float("nan")),), "must be a positive number"),
+    ],
+)
+def test_bad_loss_settings_are_refused(
+    objective: str, options: tuple[tuple[str, float], ...], message: str
+) -> None:
+    with pytest.raises(FractalError, match=message):
+        FinetuneConfig(objective=objective, options=options).validate()
+
+
 def test_balanced_batches_give_every_anchor_a_positive() -> None:
     labels = np.repeat(np.arange(10), 3)
     for batch in balanced_batches(labels, 8, 5, np.random.default_rng(0)):

@@ -62,6 +62,9 @@ class FinetuneLoss:
     """Its loss takes the encoder's token and layer states, not only the pooled embedding."""
     components: tuple[str, ...] = ()
     """The parts an ablation (``without``) may leave out."""
+    options: tuple[str, ...] = ()
+    """The loss's keyword settings (positive numbers) a run may set other than the paper's
+    reading (``FinetuneConfig.options``): readings of a vague text, screened against it."""
 
 
 FINETUNE_LOSSES: dict[str, FinetuneLoss] = _as_in_table(
@@ -70,6 +73,11 @@ FINETUNE_LOSSES: dict[str, FinetuneLoss] = _as_in_table(
         "mrl": FinetuneLoss(MatryoshkaContrastiveLoss),
         "sfs": FinetuneLoss(SFSLoss),
         "mic": FinetuneLoss(MICLoss, reads_token_states=True, components=mic.COMPONENTS),
-        "mipic": FinetuneLoss(MIPICLoss, reads_token_states=True, components=mipic.COMPONENTS),
+        "mipic": FinetuneLoss(
+            MIPICLoss,
+            reads_token_states=True,
+            components=mipic.COMPONENTS,
+            options=mipic.OPTIONS,
+        ),
     },
 )

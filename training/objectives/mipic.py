@@ -28,8 +28,15 @@ Choices where the paper is vague:
   representation acts as a teacher" and ``h_CLS`` is "a fixed semantic reference";
 - ``h_j`` ranges over the real tokens after [CLS] (padding and [CLS] itself excluded); ``m`` in
   ``k_i`` is the number of those tokens and ``k_i`` is capped at it;
-- ``τ_att = 1`` in Eq. 4–5: the single τ of Table 6 (0.05) is InfoNCE's; with it the token
-  distributions of MiniLM are nearly one-hot;
+- ``L_SIA`` is the **sum** of its terms over prefixes and layers, as Eq. 13–14 write it (30
+  terms for six layers and five prefixes below the full width), not their mean; the paper gives
+  no separate weights for the attention and CKA terms, so each weighs one;
+- ``τ_att = 1`` in Eq. 4–5 by default, a departure from the text: Table 6 lists a single
+  ``τ = 0.05``, and the same symbol divides the attention logits (Eq. 4–5) and InfoNCE's
+  (Eq. 17), so the text reads ``τ_att = 0.05``. With it the token distributions of MiniLM are
+  nearly one-hot. The ``attention_temperature`` setting (:data:`OPTIONS`) trains the text's
+  reading, screened against this one by ``benchmarks.low_dim``
+  (``mipic@attention_temperature=0.05``);
 - one ``P_i`` per (layer, dim), initialised to ``[I; 0]`` (the prefix itself);
   ``φ_i = Linear(d_i, d_{i+1}) → GELU → Linear(d_{i+1}, d_{i+1})``;
 - ``z_i`` is pooled the way the backbone pools (mean for MiniLM) rather than the paper's [CLS],
@@ -90,6 +97,8 @@ def linear_cka(
 
 COMPONENTS = ("sia", "pic")
 """The distillation terms, each of which an ablation may leave out."""
+OPTIONS = ("attention_temperature",)
+"""The settings a run may give other than the defaults here (a reading screened against them)."""
 
 
 class MIPICLoss(nn.Module):
