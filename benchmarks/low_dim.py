@@ -94,7 +94,7 @@ PAPER_BANKING77 = {
 }
 PAPER_DIMS = [16, 32, 64, 128, 256]
 # Config fields that differ per run (or do not apply), left out of the shared setting block.
-PER_RUN_KEYS = ("objective", "fragment_dim", "seed", "without")
+PER_RUN_KEYS = ("objective", "fragment_dim", "seed", "without", "options")
 # Setting entries that only list which runs to make: --resume may change them.
 RUN_LIST_KEYS = ("seeds", "objectives", "ablations", "ablation_seeds")
 METRICS = {
