@@ -34,6 +34,11 @@ def check_layout(
     return checked
 
 
+MAX_ID_BYTES = 65_535
+"""The longest document id, in bytes of UTF-8 (a collection keeps each row's id with a 16-bit
+length: :mod:`index.embedded.row_names`)."""
+
+
 def checked_documents(
     ids: Sequence[str],
     texts: Sequence[str],
@@ -54,6 +59,11 @@ def checked_documents(
         )
     if len(set(ids)) != len(ids):
         raise ValueError("ids must be unique within one upsert")
+    for doc_id in ids:  # a character takes at most 4 bytes: only a long id can be too long
+        if isinstance(doc_id, str) and len(doc_id) * 4 > MAX_ID_BYTES:
+            size = len(doc_id.encode("utf-8", "surrogatepass"))
+            if size > MAX_ID_BYTES:
+                raise ValueError(f"document ids must be at most {MAX_ID_BYTES} bytes, got {size}")
     documents = [
         Document(id=doc_id, text=text, vector=vector, metadata=meta)
         for doc_id, text, vector, meta in zip(ids, texts, matrix, metadata, strict=True)

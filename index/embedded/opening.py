@@ -26,6 +26,9 @@ from index.types import DiskRecovery
 
 CHUNK_ROWS = 50_000
 """Rows read from the full vectors per step of an index build: bounded memory at any size."""
+NAMES_CHUNK = 2_000
+"""Rows' names read per step at opening: few enough that the Python objects of one step, reused
+by the next, leave little memory behind."""
 SQ_TRAINING_SAMPLE = 100_000
 """Rows an SQ8 graph built from scratch learns its value ranges from."""
 
@@ -151,7 +154,8 @@ class Opening(CollectionState):
             self._indexes[name] = index.replacement() or index
         self._applied = changes.counter
         self._names = RowNames()
-        for rows, doc_ids in self._store.iter_names(CHUNK_ROWS):
+        self._names.reserve(*self._store.names_extent())
+        for rows, doc_ids in self._store.iter_names(NAMES_CHUNK):
             self._names.add(rows, doc_ids)
         self._recovery = DiskRecovery(
             snapshot_counter=loaded.counter if loaded.indexes else None,

@@ -6,10 +6,14 @@ only grows by rows added and shrinks by rows the indexes dropped. It is kept bes
 under the collection's lock: a row gets its name before any index holds it, and loses it after
 every index has dropped it, so every row a search finds is named as the state it saw.
 
-The ids are UTF-8 bytes in one buffer; per row id, where its bytes start and how many there are
-(``-1`` for a row with no name): 12 bytes a row slot plus the id's bytes, against the hundred
-or so of a Python ``str`` in a ``dict``. Dropped rows' bytes stay in the buffer until they
-outweigh the live ones; then the buffer is rewritten with the live ids alone.
+The ids are UTF-8 bytes in one buffer; per row id, one 64-bit slot packs where its bytes start
+and how many there are (0: the row has no name, as ids are never empty), so a lookup reads one
+array. That is 8 bytes a row slot plus the id's bytes, against the hundred or so of a Python
+``str`` in a ``dict``, and no Python object per row, so a table of millions leaves nothing
+behind in the allocator. Arrays grow by half when full, from zeroed memory that the kernel maps
+only when written; :meth:`RowNames.reserve` sizes them once for a known load. Dropped rows'
+bytes stay in the buffer until they outweigh the live ones; then the buffer is rewritten with
+the live ids alone.
 """
 
 from __future__ import annotations
@@ -18,10 +22,26 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from index.checks import MAX_ID_BYTES
+
 _ENCODING = ("utf-8", "surrogatepass")
 """How ids are stored as bytes: as the store stores them, any ``str`` round-trips."""
 MIN_COMPACT_BYTES = 1 << 20
 """Dropped ids' bytes below this never trigger a rewrite of the buffer."""
+GROWTH = 1.5
+"""How much an array grows when full."""
+_LENGTH_BITS = 16
+_LENGTH_MASK = (1 << _LENGTH_BITS) - 1
+assert MAX_ID_BYTES <= _LENGTH_MASK
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array``'s values in a zeroed array of at least ``size`` (grown by :data:`GROWTH`)."""
+    if size <= len(array):
+        return array
+    grown = np.zeros(max(size, int(len(array) * GROWTH)), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 class RowNames:
@@ -30,9 +50,11 @@ class RowNames:
     the exclusive one."""
 
     def __init__(self) -> None:
-        self._starts = np.zeros(0, dtype=np.int64)
-        self._lengths = np.zeros(0, dtype=np.int32)
-        self._bytes = bytearray()
+        self._slots = np.zeros(0, dtype=np.int64)
+        """Per row id: the start of its id's bytes << 16 | their length (0: no name)."""
+        self._buffer = np.zeros(0, dtype=np.uint8)
+        self._view = self._buffer.data
+        self._used = 0
         self._dropped_bytes = 0
         self._count = 0
 
@@ -42,11 +64,16 @@ class RowNames:
 
     @property
     def nbytes(self) -> int:
-        """The memory the table holds: its per-row arrays and its buffer."""
-        return self._starts.nbytes + self._lengths.nbytes + len(self._bytes)
+        """The bytes the table has written: its row slots and its ids (dropped ones included)."""
+        return self._slots.nbytes + self._used
+
+    def reserve(self, rows: int, id_bytes: int) -> None:
+        """Room for row ids below ``rows`` and ``id_bytes`` more bytes of ids."""
+        self._slots = _grown(self._slots, rows)
+        self._set_buffer(_grown(self._buffer, self._used + id_bytes))
 
     def add(self, rows: Sequence[int] | np.ndarray, doc_ids: Sequence[str]) -> None:
-        """Name these rows (distinct row ids, one id each)."""
+        """Name these rows (distinct row ids, one non-empty id each)."""
         if len(rows) != len(doc_ids):
             raise ValueError(f"{len(rows)} rows and {len(doc_ids)} ids")
         if not len(rows):
@@ -54,78 +81,66 @@ class RowNames:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.min() < 0 or len(np.unique(rows)) != len(rows):
             raise ValueError("row ids must be distinct and non-negative")
-        self._reserve(int(rows.max()) + 1)
+        encoded = b"".join(doc_id.encode(*_ENCODING) for doc_id in doc_ids)
+        lengths = np.fromiter(map(len, doc_ids), dtype=np.int64, count=len(doc_ids))
+        if len(encoded) != lengths.sum():  # some id is not ASCII: count its bytes
+            lengths = np.array([len(doc_id.encode(*_ENCODING)) for doc_id in doc_ids])
+        if not lengths.all() or lengths.max() > MAX_ID_BYTES:
+            raise ValueError(f"ids must be non-empty and at most {MAX_ID_BYTES} bytes")
         self.drop(rows)  # a row named already is renamed: its old bytes count as dropped
-        encoded = [doc_id.encode(*_ENCODING) for doc_id in doc_ids]
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        self._starts[rows] = len(self._bytes) + np.cumsum(lengths) - lengths
-        self._lengths[rows] = lengths
-        self._bytes += b"".join(encoded)
+        self.reserve(int(rows.max()) + 1, len(encoded))
+        self._buffer[self._used : self._used + len(encoded)] = np.frombuffer(encoded, np.uint8)
+        starts = self._used + np.cumsum(lengths) - lengths
+        self._slots[rows] = starts << _LENGTH_BITS | lengths
+        self._used += len(encoded)
         self._count += len(rows)
 
     def drop(self, rows: Sequence[int] | np.ndarray) -> None:
         """Forget these rows' names (rows without one are ignored)."""
         rows = np.unique(np.asarray(rows, dtype=np.int64))
-        rows = rows[(rows >= 0) & (rows < len(self._lengths))]
-        named = rows[self._lengths[rows] >= 0]
+        rows = rows[(rows >= 0) & (rows < len(self._slots))]
+        named = rows[self._slots[rows] != 0]
         if not len(named):
             return
-        self._dropped_bytes += int(self._lengths[named].sum())
-        self._lengths[named] = -1
+        self._dropped_bytes += int((self._slots[named] & _LENGTH_MASK).sum())
+        self._slots[named] = 0
         self._count -= len(named)
-        if self._dropped_bytes > max(MIN_COMPACT_BYTES, len(self._bytes) - self._dropped_bytes):
+        if self._dropped_bytes > max(MIN_COMPACT_BYTES, self._used - self._dropped_bytes):
             self._compact()
 
     def get(self, row: int) -> str | None:
         """The id of ``row``, or None where it has none."""
-        if not 0 <= row < len(self._lengths):
-            return None
-        length = int(self._lengths[row])
-        if length < 0:
-            return None
-        start = int(self._starts[row])
-        return self._bytes[start : start + length].decode(*_ENCODING)
+        return self.names((row,)).get(row)
 
     def names(self, rows: Iterable[int]) -> dict[int, str]:
         """By row, the id of each of these rows that has one."""
-        size = len(self._lengths)
+        size = len(self._slots)
         wanted = [row for row in dict.fromkeys(rows) if 0 <= row < size]
-        starts, lengths, buffer = (
-            self._starts[wanted].tolist(),
-            self._lengths[wanted].tolist(),
-            self._bytes,
-        )
+        view = self._view
         return {
-            row: buffer[start : start + length].decode(*_ENCODING)
-            for row, start, length in zip(wanted, starts, lengths, strict=True)
-            if length >= 0
+            row: view[slot >> _LENGTH_BITS : (slot >> _LENGTH_BITS) + (slot & _LENGTH_MASK)]
+            .tobytes()
+            .decode(*_ENCODING)
+            for row, slot in zip(wanted, self._slots[wanted].tolist(), strict=True)
+            if slot
         }
 
-    def _reserve(self, size: int) -> None:
-        """Room for row ids below ``size``, grown by at least half each time."""
-        if size <= len(self._lengths):
-            return
-        grown = max(size, len(self._lengths) * 3 // 2, 1024)
-        starts = np.zeros(grown, dtype=np.int64)
-        lengths = np.full(grown, -1, dtype=np.int32)
-        starts[: len(self._starts)] = self._starts
-        lengths[: len(self._lengths)] = self._lengths
-        self._starts, self._lengths = starts, lengths
+    def _set_buffer(self, buffer: np.ndarray) -> None:
+        if buffer is not self._buffer:
+            self._view.release()
+            self._buffer, self._view = buffer, buffer.data
 
     def _compact(self) -> None:
         """Rewrite the buffer with the live ids alone, in row order."""
-        live = np.flatnonzero(self._lengths >= 0)
-        old = memoryview(self._bytes)
-        pieces = [
-            old[start : start + length]
-            for start, length in zip(
-                self._starts[live].tolist(), self._lengths[live].tolist(), strict=True
-            )
-        ]
-        lengths = self._lengths[live].astype(np.int64)
-        self._starts[live] = np.cumsum(lengths) - lengths
-        buffer = bytearray(b"".join(pieces))
-        del pieces
-        old.release()
-        self._bytes = buffer
+        live = np.flatnonzero(self._slots)
+        lengths = self._slots[live] & _LENGTH_MASK
+        starts = np.cumsum(lengths) - lengths
+        # Each live byte's old position: its id's old start plus its offset within the id.
+        old_starts = self._slots[live] >> _LENGTH_BITS
+        positions = np.arange(int(lengths.sum())) + np.repeat(old_starts - starts, lengths)
+        buffer = np.zeros(max(len(positions), 1), dtype=np.uint8)
+        buffer[: len(positions)] = self._buffer[positions]
+        self._slots[live] = starts << _LENGTH_BITS | lengths
+        self._set_buffer(buffer)
+        self._used = len(positions)
         self._dropped_bytes = 0

@@ -561,6 +561,15 @@ class Store:
         finally:
             db.execute("COMMIT")
 
+    def names_extent(self) -> tuple[int, int]:
+        """One past the highest present row id, and the UTF-8 bytes of every present
+        document's id: the room their names take (summed in SQLite over the names' index)."""
+        top, size = self._reader().execute(
+            "SELECT max(row_id), total(length(CAST(doc_id AS BLOB))) "
+            "FROM documents INDEXED BY doc_names"
+        ).fetchone()
+        return (0 if top is None else int(top) + 1), int(size)
+
     def iter_names(self, chunk: int) -> Iterator[tuple[np.ndarray, list[str]]]:
         """Every present document's ``(row ids, string ids)``, ``chunk`` rows at a time in row
         order, read from the names' index in one statement (one consistent state)."""

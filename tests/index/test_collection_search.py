@@ -233,6 +233,7 @@ def test_bad_writes_and_queries_are_refused_with_messages(
         (lambda: collection.upsert(["a"], ["t"], np.ones((1, 64)), [{}, {}]), "same length"),
         (lambda: collection.upsert([""], ["t"], np.ones((1, 64))), "non-empty strings"),
         (lambda: collection.upsert(["a", "a"], ["t", "t"], np.ones((2, 64))), "unique"),
+        (lambda: collection.upsert(["é" * 40_000], ["t"], np.ones((1, 64))), "at most 65535 bytes"),
         (lambda: collection.upsert("ab", ["t", "t"], np.ones((2, 64))), "not a single string"),
         (lambda: collection.upsert(["a"], ["t"], np.full((1, 64), np.nan)), "NaN"),
         (lambda: collection.delete([""]), "non-empty strings"),

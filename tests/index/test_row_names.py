@@ -53,6 +53,8 @@ def test_the_buffer_is_rewritten_once_dropped_ids_outweigh_live_ones(
         ([1, 2], ["a"], "2 rows and 1 ids"),
         ([1, 1], ["a", "b"], "distinct and non-negative"),
         ([-1], ["a"], "distinct and non-negative"),
+        ([1], [""], "non-empty and at most 65535 bytes"),
+        ([1, 2], ["a", "é" * 40_000], "non-empty and at most 65535 bytes"),
     ],
 )
 def test_bad_additions_are_refused(rows: list[int], doc_ids: list[str], message: str) -> None:
