@@ -32,6 +32,10 @@ search on every route, so that ``k`` hits come back whenever ``k`` documents mat
   ones (**scan**). A query that still finds fewer than ``k`` matching rows is answered by the
   exact subset. C2F shortlists ``k × factor`` matching rows this way and re-ranks only them.
 
+A search's hits are named from an in-memory table of the ids of the rows the indexes hold
+(:mod:`index.embedded.row_names`, loaded at open and kept in step under the same lock), or, when
+their text and metadata are asked for, from one store query that reads all three.
+
 A search returns a :class:`~index.types.SearchResult`: the hits, the seconds of each step, and
 for a filtered search how the filter was applied (:class:`~index.types.Filtering`): ``mode``
 (``exact_subset``, ``selector`` or ``scan``), ``matching`` (rows the filter matched),
