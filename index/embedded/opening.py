@@ -15,7 +15,7 @@ import numpy as np
 from index.checks import check_count, check_layout
 from index.embedded.filter_plan import FilterParams
 from index.embedded.row_names import RowNames
-from index.embedded.snapshot import load_snapshot
+from index.embedded.snapshot import LoadedSnapshot, load_snapshot
 from index.embedded.state import SCORINGS, CollectionState, IndexSpec
 from index.embedded.store import STORE_FILE, ChangeSet, Store
 from index.embedded.vector_file import VectorFile
@@ -125,6 +125,21 @@ class Opening(CollectionState):
             index.add(chunk, self._map(spec.scoring, spec.dim, self._vectors.gather(chunk)))
         return index.replacement() or index
 
+    def _open_names(self, loaded: LoadedSnapshot, changes: ChangeSet) -> RowNames:
+        """The ids of the rows the indexes hold now: the snapshot's, caught up with ``changes``
+        (those since its counter) when its indexes were used, else read from the store."""
+        names = loaded.names if loaded.indexes else None
+        if names is not None:
+            names.drop(changes.removed)
+            added = self._store.names(changes.added)
+            names.add(list(added), [doc_id for doc_id, _ in added.values()])
+            return names
+        names = RowNames()
+        names.reserve(*self._store.names_extent())
+        for rows, doc_ids in self._store.iter_names(NAMES_CHUNK):
+            names.add(rows, doc_ids)
+        return names
+
     def _open_indexes(self) -> None:
         vectors_recovery = self._vectors.open(self._store)
         configs = {name: self._config(spec) for name, spec in self._specs.items()}
@@ -153,10 +168,7 @@ class Opening(CollectionState):
                 index.add(added, self._map(spec.scoring, spec.dim, self._vectors.gather(added)))
             self._indexes[name] = index.replacement() or index
         self._applied = changes.counter
-        self._names = RowNames()
-        self._names.reserve(*self._store.names_extent())
-        for rows, doc_ids in self._store.iter_names(NAMES_CHUNK):
-            self._names.add(rows, doc_ids)
+        self._names = self._open_names(loaded, changes)
         self._recovery = DiskRecovery(
             snapshot_counter=loaded.counter if loaded.indexes else None,
             loaded=sorted(loaded.indexes),

@@ -19,6 +19,7 @@ the live ids alone.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -66,6 +67,35 @@ class RowNames:
     def nbytes(self) -> int:
         """The bytes the table has written: its row slots and its ids (dropped ones included)."""
         return self._slots.nbytes + self._used
+
+    def save(self, path: Path) -> Path:
+        """Write the table to ``path`` (an ``.npz`` of its row slots and its ids' bytes, the
+        unused room left out); return it."""
+        top = int(np.flatnonzero(self._slots)[-1]) + 1 if self._count else 0
+        with path.open("wb") as file:
+            np.savez(file, slots=self._slots[:top], ids=self._buffer[: self._used])
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> RowNames:
+        """The table :meth:`save` wrote to ``path`` (:class:`ValueError` for one that is not
+        such a table)."""
+        with np.load(path, allow_pickle=False) as saved:
+            slots, ids = saved["slots"], saved["ids"]
+        if slots.dtype != np.int64 or ids.dtype != np.uint8 or slots.ndim != 1 or ids.ndim != 1:
+            raise ValueError(f"{path.name} holds no row names")
+        lengths = slots & _LENGTH_MASK
+        if len(slots) and (
+            (slots < 0).any() or ((slots >> _LENGTH_BITS) + lengths).max() > len(ids)
+        ):
+            raise ValueError(f"{path.name}: a row's id lies outside the ids' bytes")
+        names = cls()
+        names._slots = slots
+        names._set_buffer(ids)
+        names._used = len(ids)
+        names._count = int(np.count_nonzero(slots))
+        names._dropped_bytes = len(ids) - int(lengths.sum())
+        return names
 
     def reserve(self, rows: int, id_bytes: int) -> None:
         """Room for row ids below ``rows`` and ``id_bytes`` more bytes of ids."""

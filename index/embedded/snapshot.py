@@ -10,7 +10,10 @@ disk: :class:`index.backend.StorageFull`) removes what it wrote and leaves the o
 The manifest records the store's id and the change counter the indexes reflect, and for each
 index its configuration and the sha256 of each of its files. :func:`load_snapshot` uses an index
 only when all of these still match; anything else is reported as a problem so that the caller
-rebuilds that index from the store.
+rebuilds that index from the store. The ids of the rows the indexes hold
+(:mod:`index.embedded.row_names`) are saved beside them, at the same counter, with their own
+sha256; a snapshot without them, or with damaged ones, leaves the caller to read them from the
+store.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from index.backend import StorageFull
+from index.embedded.row_names import RowNames
 from index.embedded.state import CollectionState
 from index.embedded.store import Store
 from index.faiss_indexes import VectorIndex
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+NAMES_FILE = "row-names.npz"
 
 
 @dataclass
@@ -40,6 +45,8 @@ class LoadedSnapshot:
     counter: int = 0
     indexes: dict[str, VectorIndex] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    names: RowNames | None = None
+    """The ids of the rows the indexes held at ``counter``; None where none could be read."""
 
 
 def _sha256(path: Path) -> str:
@@ -65,10 +72,12 @@ def write_snapshot(
     counter: int,
     store_id: str,
     entries: Mapping[str, tuple[dict, VectorIndex]],
+    names: RowNames,
 ) -> None:
-    """Write every index (by name, with its configuration) as the snapshot at ``counter``.
+    """Write every index (by name, with its configuration) and the ids of the rows they hold
+    as the snapshot at ``counter``.
 
-    The caller guarantees the indexes do not change while this runs.
+    The caller guarantees that neither changes while this runs.
     """
     directory.mkdir(parents=True, exist_ok=True)
     prefix = uuid.uuid4().hex[:12]
@@ -83,6 +92,9 @@ def write_snapshot(
                 "index_file": files[0].name,
                 "sha256": {path.name: _sha256(path) for path in files},
             }
+        names_path = names.save(directory / f"{prefix}-{NAMES_FILE}")
+        fsync_path(names_path)
+        manifest["row_names"] = {"file": names_path.name, "sha256": _sha256(names_path)}
         pending = directory / f"{prefix}.manifest.tmp"
         pending.write_text(json.dumps(manifest, indent=2))
         fsync_path(pending)
@@ -94,7 +106,8 @@ def write_snapshot(
         raise
     os.replace(pending, directory / MANIFEST)
     fsync_path(directory)
-    kept = {MANIFEST} | {name for entry in manifest["indexes"].values() for name in entry["sha256"]}
+    kept = {MANIFEST, names_path.name}
+    kept |= {name for entry in manifest["indexes"].values() for name in entry["sha256"]}
     for path in directory.iterdir():
         if path.name not in kept:
             path.unlink()
@@ -140,7 +153,21 @@ def load_snapshot(
             loaded.indexes[name] = open_index(name, directory / entry["index_file"])
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             loaded.problems[name] = f"unreadable: {exc}"
+    loaded.names = _load_names(directory, manifest.get("row_names"))
     return loaded
+
+
+def _load_names(directory: Path, entry: object) -> RowNames | None:
+    """The row names a manifest's ``row_names`` entry names, if present and intact."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        path = directory / entry["file"]
+        if _sha256(path) != entry["sha256"]:
+            return None
+        return RowNames.read(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class Snapshotting(CollectionState):
@@ -161,7 +188,9 @@ class Snapshotting(CollectionState):
                 name: (self._config(spec), self._indexes[name])
                 for name, spec in self._specs.items()
             }
-            write_snapshot(self.path / "snapshot", self._applied, self._store.store_id, entries)
+            write_snapshot(
+                self.path / "snapshot", self._applied, self._store.store_id, entries, self._names
+            )
             with self._lock.read():  # writes wait for the writer mutex; searches only read
                 self._vectors.save(
                     self._applied, self._store.store_id, self._store.live_row_ids()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,21 @@ def test_the_buffer_is_rewritten_once_dropped_ids_outweigh_live_ones(
     assert names.names(range(1000)) == {row: ids[row] for row in range(3, 1000, 4)}
     names.add([5000], ["after the rewrite"])
     assert names.get(5000) == "after the rewrite" and names.get(7) == ids[7]
+
+
+def test_a_saved_table_reads_back_as_it_was(tmp_path: Path) -> None:
+    names = RowNames()
+    names.add([4, 2, 9], ["four", "two", "nine"])
+    names.drop([2])
+    read = RowNames.read(names.save(tmp_path / "names.npz"))
+    assert len(read) == 2 and read.names(range(12)) == {4: "four", 9: "nine"}
+    read.add([12], ["twelve"])
+    assert read.names([9, 12]) == {9: "nine", 12: "twelve"}
+    empty = RowNames.read(RowNames().save(tmp_path / "empty.npz"))
+    assert len(empty) == 0 and empty.names([0, 1]) == {}
+    np.savez(tmp_path / "other.npz", slots=np.array([5 << 16 | 3]), ids=np.zeros(4, np.uint8))
+    with pytest.raises(ValueError, match="outside the ids' bytes"):
+        RowNames.read(tmp_path / "other.npz")
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,36 @@ def test_a_corrupt_snapshot_file_is_rebuilt_from_the_store(
     assert results(reopened, vectors[:3], UNQUANTISED) == before
 
 
+def test_row_names_come_from_the_snapshot_caught_up_or_else_from_the_store(
+    tmp_path: Path, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collection = open_collection(tmp_path)
+    vectors = add(collection, rng, [f"d{i}" for i in range(150)])
+    collection.snapshot()
+    later = add(collection, rng, ["d0", "new"])  # d0 replaced
+    collection.delete(["d1"])
+    queries = np.concatenate([later, vectors[:3]])
+    before = results(collection, queries, UNQUANTISED)  # hits named from the row names
+    collection.close()
+
+    def not_read(store: Store, chunk: int) -> None:
+        pytest.fail("the row names were read from the store, not the snapshot")
+
+    monkeypatch.setattr(Store, "iter_names", not_read)
+    reopened = open_collection(tmp_path)
+    assert results(reopened, queries, UNQUANTISED) == before
+    reopened.close()
+    monkeypatch.undo()
+    manifest = json.loads((tmp_path / "snapshot" / "manifest.json").read_text())
+    damaged = tmp_path / "snapshot" / manifest["row_names"]["file"]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    reopened = open_collection(tmp_path)
+    assert reopened.stats().recovery["rebuilt"] == {}  # the indexes still load
+    assert results(reopened, queries, UNQUANTISED) == before
+
+
 def test_an_unreadable_manifest_rebuilds_everything(
     tmp_path: Path, rng: np.random.Generator
 ) -> None:
@@ -159,7 +189,7 @@ def test_snapshots_replace_each_other_and_prune_the_change_log(
     assert collection.snapshot() == 121
     second = set((tmp_path / "snapshot").iterdir())
     assert not (first - {tmp_path / "snapshot" / "manifest.json"}) & second
-    assert len(second) == 1 + 12 + 4  # manifest, one file per index, HNSW tombstone lists
+    assert len(second) == 1 + 12 + 4 + 1  # manifest, each index, HNSW tombstones, row names
     collection.close()
     store = Store(tmp_path / "store.sqlite3", 32)
     assert store.pruned_through == 121
