@@ -171,7 +171,7 @@ def test_a_loss_setting_reaches_the_loss_trained() -> None:
                             task_loss="simcse", options=(("attention_temperature", 0.05),))
     result = finetune(FrozenEncoder(max_tokens=16), texts, None, config, progress=False)
     assert result.loss.attention_temperature == 0.05
-    assert result.config.to_json()["options"] == [["attention_temperature", 0.05]]
+    assert result.config.to_json()["options"] == (("attention_temperature", 0.05),)
 
 
 @pytest.mark.parametrize(
