@@ -95,6 +95,11 @@ def _searches(client: httpx.Client) -> None:
         assert len(response.json()["hits"]) == 5
 
 
+def _snapshot_at(log: Path, change: int) -> bool:
+    """A snapshot of the collection at store change ``change`` has been written."""
+    return f"{SNAPSHOT_WRITTEN} at change {change} " in log.read_text()
+
+
 def _snapshots_caught_up(log: Path) -> bool:
     """No snapshot failed since the last one written (or none ever failed)."""
     text = log.read_text()
@@ -155,6 +160,10 @@ def test_a_full_disk_refuses_writes_whole_and_loses_nothing_acknowledged(
         # Then the full vectors' file cannot grow past its first rows, with room left for SQLite.
         while len(ingest.acknowledged) + BATCH <= VECTORS_FILE_ROWS:
             assert ingest.batch().status_code == 200
+        # No snapshot may be under way while the disk is filled: one that failed afterwards
+        # would remove what it had written and free room. Each document is one change.
+        last = len(ingest.acknowledged)
+        wait_until(lambda: _snapshot_at(log, last), "a snapshot of the last write", 20.0)
         filler = disk.fill("filler", leave_bytes=VECTORS_FILE_GROWTH_BYTES // 2)
         _assert_refused(ingest.batch())
         refusals = [line for line in log.read_text().splitlines() if REFUSED in line]
