@@ -103,7 +103,8 @@ class RowNames:
         self._set_buffer(_grown(self._buffer, self._used + id_bytes))
 
     def add(self, rows: Sequence[int] | np.ndarray, doc_ids: Sequence[str]) -> None:
-        """Name these rows (distinct row ids, one non-empty id each)."""
+        """Name these rows (distinct row ids without a name, one non-empty id each: row ids are
+        never reused, so a row is named once)."""
         if len(rows) != len(doc_ids):
             raise ValueError(f"{len(rows)} rows and {len(doc_ids)} ids")
         if not len(rows):
@@ -117,7 +118,6 @@ class RowNames:
             lengths = np.array([len(doc_id.encode(*_ENCODING)) for doc_id in doc_ids])
         if not lengths.all() or lengths.max() > MAX_ID_BYTES:
             raise ValueError(f"ids must be non-empty and at most {MAX_ID_BYTES} bytes")
-        self.drop(rows)  # a row named already is renamed: its old bytes count as dropped
         self.reserve(int(rows.max()) + 1, len(encoded))
         self._buffer[self._used : self._used + len(encoded)] = np.frombuffer(encoded, np.uint8)
         starts = self._used + np.cumsum(lengths) - lengths

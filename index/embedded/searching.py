@@ -84,16 +84,16 @@ class Searching(FilterPlanning):
         state the search saw."""
         row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
         wanted = (row for query_rows in row_lists for row in query_rows if row >= 0)
-        if contents:
-            read = self._store.names(wanted, True)
-            found = {row: named for row, named in read.items() if named[1] is not None}
-        else:
-            found = {row: (name, None) for row, name in self._names.names(wanted).items()}
+        found: dict[int, tuple[str, Contents | None]] = (
+            self._store.names(wanted, True)
+            if contents
+            else {row: (name, None) for row, name in self._names.names(wanted).items()}
+        )
         return [
             [
                 Hit(named[0], score, named[1])
                 for row, score in zip(query_rows, query_scores, strict=True)
-                if (named := found.get(row)) is not None
+                if (named := found.get(row)) is not None and (named[1] is not None or not contents)
             ]
             for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
         ]
