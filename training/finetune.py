@@ -80,7 +80,8 @@ class FinetuneConfig:
     ``sia``/``pic``."""
     options: tuple[tuple[str, float], ...] = ()
     """Settings of the objective's loss other than its defaults, ``(name, value)`` (a reading
-    of the paper screened against the default one): MIPIC's ``attention_temperature``."""
+    of the paper screened against the default one): MIPIC's ``attention_temperature``,
+    ``attention_weight`` and ``cka_weight``."""
 
     def validate(self) -> None:
         if self.objective not in FINETUNE_OBJECTIVES:

@@ -186,6 +186,26 @@ def test_sia_attention_term_hand_value() -> None:
     assert float(got) == pytest.approx(expected, rel=1e-5)
 
 
+@torch.no_grad()
+def test_sia_weights_scale_the_attention_and_cka_terms_apart() -> None:
+    rng = torch.Generator().manual_seed(7)
+    hidden = torch.randn(3, 12, 8, generator=rng)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+
+    def sia(attention_weight: float, cka_weight: float) -> float:
+        loss = MIPICLoss([2, 4, 8], sia_layers=[1], num_layers=1, hidden_size=8,
+                         attention_weight=attention_weight, cka_weight=cka_weight)
+        return float(loss.sia_layer(hidden, mask, 1))
+
+    attention, cka = sia(1.0, 0.0), sia(0.0, 1.0)
+    assert attention > 0 and cka > 0
+    assert sia(1.0, 1.0) == pytest.approx(attention + cka, rel=1e-6)
+    # Both at 1/T for T terms: the mean over SIA's terms instead of their sum.
+    assert sia(0.5, 0.5) == pytest.approx((attention + cka) / 2, rel=1e-6)
+    assert sia(3.0, 0.25) == pytest.approx(3 * attention + cka / 4, rel=1e-6)
+
+
 def test_mipic_loss_combines_its_parts_with_alpha() -> None:
     rng = torch.Generator().manual_seed(3)
     layers = tuple(torch.randn(4, 6, 8, generator=rng) for _ in range(3))

@@ -30,7 +30,10 @@ Choices where the paper is vague:
   ``k_i`` is the number of those tokens and ``k_i`` is capped at it;
 - ``L_SIA`` is the **sum** of its terms over prefixes and layers, as Eq. 13–14 write it (30
   terms for six layers and five prefixes below the full width), not their mean; the paper gives
-  no separate weights for the attention and CKA terms, so each weighs one;
+  no separate weights for the attention and CKA terms, so each weighs one. The
+  ``attention_weight`` and ``cka_weight`` settings (:data:`OPTIONS`) weigh them otherwise; both at
+  ``1/T`` for ``T`` terms is the mean over SIA's terms (``T = 30`` for MiniLM-L6 trained whole at
+  16…384), the reading that SIA's sum drowns the task loss;
 - ``τ_att = 1`` in Eq. 4–5 by default, a departure from the text: Table 6 lists a single
   ``τ = 0.05``, and the same symbol divides the attention logits (Eq. 4–5) and InfoNCE's
   (Eq. 17), so the text reads ``τ_att = 0.05``. With it the token distributions of MiniLM are
@@ -97,12 +100,13 @@ def linear_cka(
 
 COMPONENTS = ("sia", "pic")
 """The distillation terms, each of which an ablation may leave out."""
-OPTIONS = ("attention_temperature",)
+OPTIONS = ("attention_temperature", "attention_weight", "cka_weight")
 """The settings a run may give other than the defaults here (a reading screened against them)."""
 
 
 class MIPICLoss(nn.Module):
     """``α·L_MRL + (1 − α)(L_SIA + L_PIC)``; holds the learnable ``P_i`` and ``φ_i``.
+    ``attention_weight`` and ``cka_weight`` weigh ``L_att`` and ``L_CKA`` in each SIA term.
     ``without`` leaves terms out (both out: ``α·L_MRL``, the matched MRL scaled by ``α``)."""
 
     def __init__(
@@ -116,6 +120,8 @@ class MIPICLoss(nn.Module):
         alpha: float = PAPER_ALPHA,
         temperature: float = PAPER_TEMPERATURE,
         attention_temperature: float = ATTENTION_TEMPERATURE,
+        attention_weight: float = 1.0,
+        cka_weight: float = 1.0,
         task_loss: str = "supervised",
         without: Sequence[str] = (),
     ) -> None:
@@ -131,6 +137,8 @@ class MIPICLoss(nn.Module):
         self.alpha = alpha
         self.temperature = temperature
         self.attention_temperature = attention_temperature
+        self.attention_weight = attention_weight
+        self.cka_weight = cka_weight
         self.checkpoints = list(
             zip(checkpoint_layers(num_layers, len(prefix_dims)), self.prefix_dims, strict=True)
         )
@@ -178,7 +186,7 @@ class MIPICLoss(nn.Module):
             k = torch.clamp(torch.ceil(ratio * num_real), min=TOP_K_MIN)
             selected = (order < torch.minimum(k, num_real)) & real
             cka = linear_cka(hidden[..., :dim], teacher, selected)
-            total = total + (kl + 1 - cka).mean()
+            total = total + (self.attention_weight * kl + self.cka_weight * (1 - cka)).mean()
         return total
 
     def sia(self, states: TokenStates) -> torch.Tensor:
