@@ -29,6 +29,7 @@ from bundle import ATTENTION_MASK, EMBEDDING, ENCODER_FILE, INPUT_IDS, TOKENIZER
 from bundle.openvino_session import OpenVinoSession, openvino_installed
 from encoding import TokenIds
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, token_batches
+from encoding.priority import made_at_lower_priority, per_thread
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -95,7 +96,9 @@ class OnnxEncoder:
     """Texts (or token ids) → full embeddings, in sub-batches of at most ``batch_tokens``
     padded tokens, on ``runtime`` (:func:`chosen_runtime`; OpenVINO computes floating-point
     parts in ``precision``, see :class:`bundle.openvino_session.OpenVinoSession`). Thread-safe,
-    but meant for one thread."""
+    but meant for one thread. With ``nice`` > 0 the session's own threads run that many nice
+    values below the process (:mod:`encoding.priority`); the thread that calls it is lowered by
+    its caller."""
 
     def __init__(
         self,
@@ -106,6 +109,7 @@ class OnnxEncoder:
         runtime: EncoderRuntime = "auto",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         precision: str = "f32",
+        nice: int = 0,
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
@@ -117,12 +121,16 @@ class OnnxEncoder:
         self.pad_id = padding["pad_id"] if padding else 0
         self.runtime = chosen_runtime(runtime, manifest)
         graph = bundle_dir / ENCODER_FILE
-        self.session: ort.InferenceSession | OpenVinoSession = (
-            OpenVinoSession(graph, threads, precision)
-            if self.runtime == "openvino"
-            else onnx_session(graph, threads, spin)
+        self.session: ort.InferenceSession | OpenVinoSession = made_at_lower_priority(
+            lambda: (
+                OpenVinoSession(graph, threads, precision)
+                if self.runtime == "openvino"
+                else onnx_session(graph, threads, spin)
+            ),
+            nice,
         )
         self.threads = threads
+        self.nice = nice if per_thread() else 0  # as /info reports it
         self.spin = spin and self.runtime == "onnxruntime"  # as /info reports it
         self.batch_tokens = batch_tokens
 

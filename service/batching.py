@@ -4,7 +4,8 @@ Requests put their texts (or token ids: :data:`encoding.encoder.EncoderInput`) i
 tokenised, and await a future. A single worker task takes a batch of up to ``max_batch`` texts
 at a time, across requests, once ``max_batch`` texts are queued or the oldest has waited
 ``max_wait`` seconds, and runs the encoder on their token ids in a dedicated thread, so the event
-loop never blocks on inference. While a batch runs, the next one fills.
+loop never blocks on inference (that thread runs ``nice`` values lower, like the encoder's own:
+:mod:`encoding.priority`). While a batch runs, the next one fills.
 
 Which texts make a batch is the ``policy``:
 
@@ -53,6 +54,7 @@ import numpy as np
 from encoding import TokenIds
 from encoding.encoder import Encoded, EncoderInput
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, DEFAULT_BATCH_WINDOW, nearest_batch
+from encoding.priority import lower_thread_priority
 from service.batch_cost import BatchCost
 from service.errors import ClientDisconnected, DeadlineExceeded, NotReady, Overloaded
 from service.metrics import Metrics
@@ -149,6 +151,7 @@ class MicroBatcher:
         policy: BatchPolicy = "length",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         window: int = DEFAULT_BATCH_WINDOW,
+        nice: int = 0,
     ) -> None:
         if policy == "length" and window < max_batch:
             raise ValueError(f"window ({window}) must be at least max_batch ({max_batch})")
@@ -169,7 +172,12 @@ class MicroBatcher:
         self._queued_bulk = 0
         self._last_bulk = time.monotonic()
         self._arrived = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="encoder",
+            initializer=lower_thread_priority,
+            initargs=(nice,),
+        )
         self._worker: asyncio.Task | None = None
         self._in_flight: list[_Item] = []
         self._cost = BatchCost()

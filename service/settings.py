@@ -73,6 +73,14 @@ class Settings(StorageSettings):
         "OpenVINO's threads never spin). Off, because spinning threads take the cores the index "
         "search and the HTTP work need: on 2 cores spinning cost 2-16% of QPS",
     )
+    encoder_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="nice values the encoder's threads run below the rest of the service "
+        "(Linux keeps one per thread): the event loop and searches then get the CPU first "
+        "when both want it, and the encoder every cycle they leave; 0 = the same priority",
+    )
     search_threads: int = Field(
         1,
         ge=0,

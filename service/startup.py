@@ -79,6 +79,7 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
             settings.encoder_spin,
             settings.encoder_runtime,
             batch_tokens=settings.batch_tokens,
+            nice=settings.encoder_nice,
         )
         router = GranularityRouter(
             settings.bundle_dir,
@@ -149,6 +150,7 @@ def load_runtime(settings: Settings, metrics: Metrics | None = None) -> Runtime:
         policy=settings.batch_policy,
         batch_tokens=settings.batch_tokens,
         window=settings.batch_window,
+        nice=settings.encoder_nice,
     )
     return Runtime(
         settings,

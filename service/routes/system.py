@@ -108,6 +108,10 @@ class EncoderInfo(FromAttributes):
     providers: list[str]
     threads: int
     spin: bool = Field(description="Whether idle ONNX Runtime threads spin-wait.")
+    nice: int = Field(
+        description="Nice values the encoder's threads run below the service's "
+        "(FRACTAL_ENCODER_NICE; 0 where threads have no nice value of their own)."
+    )
 
 
 class Limits(FromAttributes):
