@@ -71,6 +71,7 @@ from benchmarks.harness.live_load import (
     WORKLOADS,
     ServedSettings,
     corpus,
+    corpus_id,
     served_corpus,
     workload_requests,
 )
@@ -340,7 +341,7 @@ class Flood(threading.Thread):
         with httpx.Client(base_url=self.base_url, timeout=60) as client:
             while not self.stopped.is_set():
                 documents = [
-                    {"id": f"doc-{n % size:07d}", "text": self.texts[(n + 1) % size]}
+                    {"id": corpus_id(n % size), "text": self.texts[(n + 1) % size]}
                     for n in range(self.next, self.next + self.batch)
                 ]
                 self.next += self.batch

@@ -51,6 +51,7 @@ from benchmarks.harness.live_load import (
     CorpusSettings,
     Workload,
     corpus,
+    corpus_id,
     openai_workload,
 )
 from benchmarks.harness.markdown import bullet_list, markdown_table, targets_table
@@ -183,7 +184,7 @@ async def _ingest(runtime: Runtime, texts: Sequence[str], sources: Sequence[str]
     for start in tqdm(range(0, len(texts), batch), desc="ingest", unit="batch", leave=False):
         chunk = texts[start : start + batch]
         metadata = [{"source": source} for source in sources[start : start + batch]]
-        ids = [f"doc-{start + i}" for i in range(len(chunk))]
+        ids = [corpus_id(start + i) for i in range(len(chunk))]
         await runtime.add_documents(chunk, ids, metadata)
 
 

@@ -50,6 +50,7 @@ from benchmarks.harness.live_load import (
     WORKLOADS,
     ServedSettings,
     corpus,
+    corpus_id,
     served_corpus,
     workload_request,
     workload_requests,
@@ -146,7 +147,7 @@ class Ingest(threading.Thread):
     def _document(self, number: int) -> dict:
         size = len(self.texts)
         if self.replace:
-            return {"id": f"doc-{number % size:07d}", "text": self.texts[(number + 1) % size]}
+            return {"id": corpus_id(number % size), "text": self.texts[(number + 1) % size]}
         return {"id": f"soak-{number:08d}", "text": self.texts[number % size]}
 
 

@@ -298,6 +298,13 @@ def encoder_rate(
         os.sched_setaffinity(0, allowed)
 
 
+def corpus_id(number: int) -> str:
+    """The id of the corpus's document ``number`` (``doc-0000000``…) in every load benchmark's
+    index, so that one benchmark's folder serves another, and a replacing write meets the
+    document it replaces."""
+    return f"doc-{number:07d}"
+
+
 def ingest(
     base_url: str,
     texts: Sequence[str],
@@ -306,10 +313,10 @@ def ingest(
     concurrency: int,
     progress: bool,
 ) -> None:
-    """``POST /documents`` in batches, ``concurrency`` batches in flight; ids ``doc-0000000``…
+    """``POST /documents`` in batches, ``concurrency`` batches in flight; ids :func:`corpus_id`
     and metadata ``source``."""
     documents = [
-        {"id": f"doc-{i:07d}", "text": text, "metadata": {"source": source}}
+        {"id": corpus_id(i), "text": text, "metadata": {"source": source}}
         for i, (text, source) in enumerate(zip(texts, sources, strict=True))
     ]
     with FractalClient(base_url, timeout_s=600) as client:
