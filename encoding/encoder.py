@@ -7,6 +7,8 @@ input, or texts the encoder queue tokenised when it queued them), which are the 
 One call is run in sub-batches of similar length, each at most a budget of padded tokens
 (:func:`encoding.length_batches.token_batches`), each padded on the right to its own longest
 sequence, with an attention mask over the real tokens; the rows come back in the caller's order.
+On OpenVINO each call is padded further, to one of a few shapes
+(:mod:`encoding.shape_buckets`), because that runtime pays for every new input shape.
 The graph returns the full, unnormalised embedding; slicing and normalising prefixes is the
 caller's business (:mod:`service.embedding`; ``fractal embed`` stores the full vectors).
 
@@ -30,6 +32,7 @@ from bundle.openvino_session import OpenVinoSession, openvino_installed
 from encoding import TokenIds
 from encoding.length_batches import DEFAULT_BATCH_TOKENS, token_batches
 from encoding.priority import made_at_lower_priority, per_thread
+from encoding.shape_buckets import bucketed_shape
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -110,6 +113,7 @@ class OnnxEncoder:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         precision: str = "f32",
         nice: int = 0,
+        shape_buckets: bool = True,
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
@@ -132,6 +136,7 @@ class OnnxEncoder:
         self.threads = threads
         self.nice = nice if per_thread() else 0  # as /info reports it
         self.spin = spin and self.runtime == "onnxruntime"  # as /info reports it
+        self.shape_buckets = shape_buckets and self.runtime == "openvino"  # as /info reports it
         self.batch_tokens = batch_tokens
 
     @property
@@ -168,20 +173,30 @@ class OnnxEncoder:
             vectors[positions] = self._run([sequences[p] for p in positions])
         return Encoded(vectors, lengths)
 
+    def input_shape(self, rows: int, longest: int) -> tuple[int, int]:
+        """The ``(rows, tokens)`` shape of the call that encodes ``rows`` sequences, the longest
+        of ``longest`` tokens: exact, or with :attr:`shape_buckets` the bucket holding it."""
+        if self.shape_buckets:
+            return bucketed_shape(rows, longest, self.max_tokens)
+        return rows, longest
+
     def _run(self, sequences: list[TokenIds]) -> np.ndarray:
-        """One graph call: the sequences padded to the longest, with their attention mask."""
-        longest = max(len(ids) for ids in sequences)
-        input_ids = np.full((len(sequences), longest), self.pad_id, dtype=np.int64)
+        """One graph call: the sequences padded to :meth:`input_shape`, with their attention
+        mask; filler rows (copies of the first sequence) are dropped from the answer."""
+        count = len(sequences)
+        shape = self.input_shape(count, max(len(ids) for ids in sequences))
+        input_ids = np.full(shape, self.pad_id, dtype=np.int64)
         attention_mask = np.zeros_like(input_ids)
         for row, ids in enumerate(sequences):
             input_ids[row, : len(ids)] = ids
             attention_mask[row, : len(ids)] = 1
+        input_ids[count:] = input_ids[0]
+        attention_mask[count:] = attention_mask[0]
         (vectors,) = self.session.run(
             [EMBEDDING], {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         )
-        if vectors.shape != (len(sequences), self.dim):
+        if vectors.shape != (shape[0], self.dim):
             raise RuntimeError(
-                f"{ENCODER_FILE} returned shape {vectors.shape}, "
-                f"expected ({len(sequences)}, {self.dim})"
+                f"{ENCODER_FILE} returned shape {vectors.shape}, expected ({shape[0]}, {self.dim})"
             )
-        return vectors
+        return vectors[:count]

@@ -73,6 +73,13 @@ class Settings(StorageSettings):
         "OpenVINO's threads never spin). Off, because spinning threads take the cores the index "
         "search and the HTTP work need: on 2 cores spinning cost 2-16% of QPS",
     )
+    encoder_shape_buckets: bool = Field(
+        True,
+        description="pad each small OpenVINO encoder call (up to 512 padded tokens) to one of a "
+        "few shapes: the token length to a multiple of 16, up to 8 rows to 1, 2, 4 or 8. OpenVINO "
+        "prepares the graph again for every new shape, which cost more than the work itself on "
+        "short texts; the vectors are unchanged. ONNX Runtime calls keep their exact shape",
+    )
     encoder_nice: int = Field(
         0,
         ge=0,

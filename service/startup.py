@@ -80,6 +80,7 @@ def _load_graphs(settings: Settings, manifest: Manifest) -> tuple[OnnxEncoder, G
             settings.encoder_runtime,
             batch_tokens=settings.batch_tokens,
             nice=settings.encoder_nice,
+            shape_buckets=settings.encoder_shape_buckets,
         )
         router = GranularityRouter(
             settings.bundle_dir,

@@ -112,6 +112,10 @@ class EncoderInfo(FromAttributes):
         description="Nice values the encoder's threads run below the service's "
         "(FRACTAL_ENCODER_NICE; 0 where threads have no nice value of their own)."
     )
+    shape_buckets: bool = Field(
+        description="Whether encoder calls are padded to a few shapes (OpenVINO with "
+        "FRACTAL_ENCODER_SHAPE_BUCKETS; never on ONNX Runtime)."
+    )
 
 
 class Limits(FromAttributes):

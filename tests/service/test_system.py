@@ -78,8 +78,22 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
     assert sizes[64, "exact"]["bytes"] < sizes[256, "exact"]["bytes"]
     assert info["encoder"]["providers"][-1] == "CPUExecutionProvider"
     assert info["encoder"]["spin"] is False
+    assert info["encoder"]["shape_buckets"] is False  # ONNX Runtime: exact shapes
     assert info["search_threads"] == 1
     assert info["limits"]["max_k"] == 100
+
+
+@pytest.mark.parametrize("buckets", [True, False])
+def test_openvino_encoder_calls_are_bucketed_unless_set_otherwise(
+    v5_bundle_dir: Path, settings_for: Callable[..., Settings], buckets: bool
+) -> None:
+    settings = settings_for(
+        v5_bundle_dir, encoder_runtime="openvino", encoder_shape_buckets=buckets
+    )
+    with serve(settings) as client:
+        assert client.get("/info").json()["encoder"]["shape_buckets"] is buckets
+        embedded = client.post("/embed", json={"texts": ["reset my pin", "a"]})
+        assert embedded.status_code == 200, embedded.text
 
 
 def test_thread_settings_reach_the_encoder_and_the_search_threads(
