@@ -8,6 +8,13 @@ documents drawn at random. The sweep's table and the choice per recall floor are
 the record is written into the collection's folder; the service applies it with
 ``FRACTAL_C2F_TUNING=index``. A folder without the collection, a collection without a graph at
 the shortlist prefix, or an empty queries file is bad input: one ``error:`` line, status 2.
+
+With ``--first-stages N`` it also measures every C2F first stage the export weighs (each trained
+prefix in each code, degree 16 and 32: :func:`index.first_stage.measure_first_stage`) on N
+stored documents drawn at random (the query documents left out) with the same queries: which
+graph the collection's own documents favour, against the one served. That table is printed and
+recorded beside the other (:data:`index.search_tuning.FIRST_STAGES_FILE`); serving another graph
+takes an index built with its settings.
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ from typing import TYPE_CHECKING
 from bulk.errors import BulkError
 
 if TYPE_CHECKING:  # the heavy imports wait until the command runs
+    import numpy as np
+
     from bundle import Manifest
     from index.catalog import Catalog
     from index.embedded import Collection
+    from index.first_stage import FirstStageMeasurement
     from index.search_tuning import SearchTuning
 
 DEFAULT_SAMPLE = 1000
@@ -44,11 +54,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     from bundle import BundleError, load_bundle
     from index.catalog import IndexDirError, catalog_for
-    from index.search_tuning import write_tuning
+    from index.search_tuning import FIRST_STAGES_FILE, write_record, write_tuning
     from index.settings import StorageSettings, describe_settings_error
 
     if args.sample < 1:
         raise BulkError(f"--sample must be at least 1, got {args.sample}")
+    if args.first_stages < 0:
+        raise BulkError(f"--first-stages must be 0 or more, got {args.first_stages}")
     texts = _queries(args.queries) if args.queries is not None else None
     try:
         manifest = load_bundle(args.bundle)
@@ -66,11 +78,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         catalog = catalog_for(settings, manifest)
     except IndexDirError as exc:
         raise BulkError(str(exc)) from exc
+    first_stages: FirstStageMeasurement | None = None
     try:
         collection = _open(catalog, args)
         try:
-            tuning = _measure(collection, manifest, shortlist_dim, texts, args)
+            ids, queries = _queries_of(collection, manifest, texts, args)
+            tuning = _measure(collection, shortlist_dim, ids, queries, args)
             path = write_tuning(collection.path, tuning)
+            if args.first_stages:
+                first_stages = _first_stages(collection, manifest, ids, queries, args)
+                record = {"served": tuning.to_json()["graph"], **first_stages.to_json()}
+                stages_path = write_record(collection.path / FIRST_STAGES_FILE, record)
         finally:
             collection.close()
     except IndexDirError as exc:
@@ -79,6 +97,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         catalog.close()
     print("\n".join(tuning.markdown()))
     print(f"\nrecorded in {path}; the service applies it with FRACTAL_C2F_TUNING=index")
+    if first_stages is not None:
+        graph = tuning.graph
+        print("\n" + "\n".join(first_stages.markdown()))
+        print(
+            f"\nServed: {graph.dim}-d {graph.storage} M{graph.m}. Recorded in {stages_path}; "
+            "serving another graph takes an index built with its settings."
+        )
     return 0
 
 
@@ -97,28 +122,34 @@ def _open(catalog: Catalog, args: argparse.Namespace) -> Collection:
     return collection
 
 
-def _measure(
-    collection: Collection,
-    manifest: Manifest,
-    shortlist_dim: int,
-    texts: list[str] | None,
-    args: argparse.Namespace,
-) -> SearchTuning:
-    """The sweep with the given texts encoded, or with stored documents drawn at random."""
-    from tqdm.auto import tqdm
-
+def _queries_of(
+    collection: Collection, manifest: Manifest, texts: list[str] | None, args: argparse.Namespace
+) -> tuple[list[str] | None, np.ndarray]:
+    """The given texts encoded (no ids), or stored documents drawn at random (their ids)."""
     from encoding.cores import available_cores
     from encoding.encoder import OnnxEncoder
-    from index.search_tuning import EF_VALUES, FACTORS, measure_search_tuning
 
-    ids: list[str] | None = None
     if texts is None:
         ids, queries = collection.sample_vectors(args.sample, args.seed)
         if not ids:
             raise BulkError(f"{args.index_dir}: the collection holds no documents")
-    else:
-        encoder = OnnxEncoder(args.bundle, manifest, threads=available_cores())
-        queries = encoder.encode(texts).vectors
+        return ids, queries
+    encoder = OnnxEncoder(args.bundle, manifest, threads=available_cores())
+    return None, encoder.encode(texts).vectors
+
+
+def _measure(
+    collection: Collection,
+    shortlist_dim: int,
+    ids: list[str] | None,
+    queries: np.ndarray,
+    args: argparse.Namespace,
+) -> SearchTuning:
+    """The served graph's sweep with these queries (``ids``: the stored documents they are)."""
+    from tqdm.auto import tqdm
+
+    from index.search_tuning import EF_VALUES, FACTORS, measure_search_tuning
+
     with tqdm(
         total=len(EF_VALUES) * len(FACTORS),
         desc="tune",
@@ -136,6 +167,37 @@ def _measure(
             )
         except ValueError as exc:
             raise BulkError(str(exc)) from None
+
+
+def _first_stages(
+    collection: Collection,
+    manifest: Manifest,
+    ids: list[str] | None,
+    queries: np.ndarray,
+    args: argparse.Namespace,
+) -> FirstStageMeasurement:
+    """Every first stage measured on ``--first-stages`` stored documents drawn at random, the
+    query documents (``ids``) left out, with ``queries``."""
+    from tqdm.auto import tqdm
+
+    from index.faiss_indexes import SQ_QUANTIZERS
+    from index.first_stage import DEGREES, K, measure_first_stage
+
+    own = set(ids or ())
+    drawn, vectors = collection.sample_vectors(args.first_stages + len(own), args.seed + 1)
+    kept = [row for row, doc_id in enumerate(drawn) if doc_id not in own][: args.first_stages]
+    if len(kept) < K:
+        raise BulkError(
+            f"--first-stages: {len(kept)} documents besides the queries; at least {K} are needed"
+        )
+    candidates = len(manifest.prefix_dims) * len(SQ_QUANTIZERS) * len(DEGREES)
+    with tqdm(
+        total=candidates, desc="first stages", unit="graph", disable=args.no_progress,
+        file=sys.stderr,
+    ) as bar:  # fmt: skip
+        return measure_first_stage(
+            vectors[kept], queries, manifest.prefix_dims, progress=lambda done: bar.update(1)
+        )
 
 
 def add_tune_command(commands: argparse._SubParsersAction) -> None:
@@ -157,5 +219,13 @@ def add_tune_command(commands: argparse._SubParsersAction) -> None:
         help=f"stored documents drawn as queries without --queries (default {DEFAULT_SAMPLE})",
     )
     tune.add_argument("--seed", type=int, default=0, help="the draw's seed")
+    tune.add_argument(
+        "--first-stages",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure every C2F first stage (prefix, codes, degree) on N stored documents "
+        "drawn at random (default 0: not)",
+    )
     tune.add_argument("--no-progress", action="store_true")
     tune.set_defaults(handler=_cmd_tune)

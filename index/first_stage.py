@@ -19,7 +19,7 @@ of documents) ranks the candidates' cost per visited node, not the absolute time
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -202,10 +202,12 @@ def measure_first_stage(
     floors: Sequence[float] = FLOORS,
     budget_bytes: int | None = None,
     timed_queries: int = TIMED_QUERIES,
+    progress: Callable[[int], object] = lambda done: None,
 ) -> FirstStageMeasurement:
     """Measure every candidate on ``corpus`` (full embeddings, ``[n, dim]``, ``dim`` the last of
     ``prefix_dims``) with ``queries``, and choose per recall floor (see the module docstring)
     within ``budget_bytes`` per document (default: :data:`BUDGET_SHARE` of ``HNSW32,Flat``'s).
+    ``progress`` is called with the candidates done after each.
 
     FAISS runs on one thread while it measures (the service's per-query cost); the caller's
     thread count is restored after."""
@@ -250,6 +252,7 @@ def measure_first_stage(
                         factors,
                         timed_queries,
                     )
+                    progress(len(points) // (len(ef_values) * len(factors)))
     finally:
         faiss.omp_set_num_threads(threads)
     choices: dict[float, OperatingPoint | None] = {}

@@ -36,6 +36,10 @@ from index.embedded import Collection
 from index.first_stage import FLOORS
 
 TUNING_FILE = "search_tuning.json"
+FIRST_STAGES_FILE = "first_stages.json"
+"""``fractal tune --first-stages``'s record: every first stage measured on the collection's own
+documents (:func:`index.first_stage.measure_first_stage`); a report, which the service does not
+read."""
 K = 10
 EF_VALUES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 FACTORS = (2, 4, 8)
@@ -213,10 +217,14 @@ def _without(ids: list[str], own: list[str] | None, position: int) -> list[str]:
 
 
 def write_tuning(folder: Path, tuning: SearchTuning) -> Path:
-    """The record in ``folder`` (atomically: written beside, then renamed)."""
-    path = folder / TUNING_FILE
+    """The record in ``folder``, written by :func:`write_record`."""
+    return write_record(folder / TUNING_FILE, tuning.to_json())
+
+
+def write_record(path: Path, record: dict[str, Any]) -> Path:
+    """``record`` as JSON at ``path``, atomically: written beside, then renamed."""
     partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(tuning.to_json(), indent=2) + "\n", encoding="utf-8")
+    partial.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     partial.replace(path)
     return path
 

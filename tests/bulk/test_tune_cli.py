@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from index.search_tuning import EF_VALUES, FACTORS, TUNING_FILE
+from bundle import load_bundle
+from index.faiss_indexes import SQ_QUANTIZERS
+from index.first_stage import DEGREES
+from index.first_stage import EF_VALUES as STAGE_EF_VALUES
+from index.first_stage import FACTORS as STAGE_FACTORS
+from index.search_tuning import EF_VALUES, FACTORS, FIRST_STAGES_FILE, TUNING_FILE
 from tests.service.helpers import add_documents, make_settings, serve
 from training.cli import main as fractal
 
@@ -55,6 +60,24 @@ def test_query_texts_from_a_file(
     assert _record(index_dir)["queries"] == 2
 
 
+def test_every_first_stage_measured_on_the_stored_documents(
+    index_dir: Path, tiny_bundle_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tune", str(index_dir), "--bundle", str(tiny_bundle_dir), "--sample", "20"]
+    assert fractal([*argv, "--first-stages", "150", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "## C2F first stage" in printed and "Served: 64-d flat M32." in printed
+    record = json.loads((index_dir / FIRST_STAGES_FILE).read_text())
+    assert record["served"] == {"dim": 64, "storage": "flat", "m": 32, "documents": 300}
+    assert record["documents"] == 150 and record["queries"] == 20  # the queries left out
+    candidates = {(point["dim"], point["storage"], point["m"]) for point in record["points"]}
+    prefixes = load_bundle(tiny_bundle_dir).prefix_dims
+    assert candidates == {(d, s, m) for d in prefixes for s in SQ_QUANTIZERS for m in DEGREES}
+    assert len(record["points"]) == len(candidates) * len(STAGE_EF_VALUES) * len(STAGE_FACTORS)
+    assert all(0.0 <= point["recall"] <= 1.0 for point in record["points"])
+    assert set(record["choices"]) == {"0.95", "0.99"}
+
+
 def test_bad_input_is_one_error_line(
     index_dir: Path, tiny_bundle_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -72,6 +95,12 @@ def test_bad_input_is_one_error_line(
         ],
         "no collection 'news'": ["tune", str(index_dir), *bundle, "--collection", "news"],
         "--sample must be at least 1": ["tune", str(index_dir), *bundle, "--sample", "0"],
+        "--first-stages must be 0 or more": [
+            "tune", str(index_dir), *bundle, "--first-stages", "-1",
+        ],
+        "--first-stages: 5 documents besides the queries": [
+            "tune", str(index_dir), *bundle, "--sample", "295", "--first-stages", "50",
+        ],
     }
     for message, argv in cases.items():
         capsys.readouterr()
