@@ -37,6 +37,7 @@ BENCHMARKS = (
     "churn",
     "crasher",
     "embed_ray",
+    "encoder_shapes",
     "encoder_throughput",
     "filters",
     "funnel_peers",

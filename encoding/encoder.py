@@ -181,10 +181,16 @@ class OnnxEncoder:
         return rows, longest
 
     def _run(self, sequences: list[TokenIds]) -> np.ndarray:
-        """One graph call: the sequences padded to :meth:`input_shape`, with their attention
-        mask; filler rows (copies of the first sequence) are dropped from the answer."""
+        """One graph call of the sequences at :meth:`input_shape`."""
+        return self.run_padded(
+            sequences, self.input_shape(len(sequences), max(len(ids) for ids in sequences))
+        )
+
+    def run_padded(self, sequences: Sequence[TokenIds], shape: tuple[int, int]) -> np.ndarray:
+        """One graph call: the sequences padded on the right to ``shape`` (at least their count
+        and their longest), with their attention mask; filler rows (copies of the first
+        sequence) are dropped from the answer."""
         count = len(sequences)
-        shape = self.input_shape(count, max(len(ids) for ids in sequences))
         input_ids = np.full(shape, self.pad_id, dtype=np.int64)
         attention_mask = np.zeros_like(input_ids)
         for row, ids in enumerate(sequences):
