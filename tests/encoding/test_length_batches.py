@@ -4,7 +4,6 @@ sub-batches by its token budget with the vectors of the uncut call."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from bundle import load_bundle
 from encoding.encoder import OnnxEncoder
 from encoding.length_batches import nearest_batch, padded_tokens, token_batches
+from tests.encoding.recording import recorded
 
 
 def test_token_batches_sort_by_length_within_the_budget() -> None:
@@ -52,18 +52,6 @@ def test_nearest_batch_skips_a_text_over_the_budget_for_a_farther_one_within_it(
     assert nearest_batch([20, 30, 9], max_texts=8, budget=50) == [0, 2]
 
 
-class _RecordingSession:
-    """An ONNX session that records the ``input_ids`` shape of every call."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.shapes: list[tuple[int, int]] = []
-
-    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        self.shapes.append(next(iter(feeds.values())).shape)
-        return self.session.run(outputs, feeds)
-
-
 TEXTS = [
     "what is my balance",
     "a much longer text about a trip to the mountains with friends, where it rained for three "
@@ -82,8 +70,7 @@ def test_the_encoder_splits_a_call_by_its_token_budget_with_the_same_vectors(
     manifest = load_bundle(identity_bundle_dir)
     whole = OnnxEncoder(identity_bundle_dir, manifest, threads=1, batch_tokens=100_000)
     split = OnnxEncoder(identity_bundle_dir, manifest, threads=1, batch_tokens=96)
-    recording = _RecordingSession(split.session)
-    split.session = recording  # type: ignore[assignment]
+    recording = recorded(split)
 
     expected = whole.encode(TEXTS)
     encoded = split.encode(TEXTS)

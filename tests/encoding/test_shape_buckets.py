@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bundle import INPUT_IDS, load_bundle
+from bundle import load_bundle
 from encoding.encoder import OnnxEncoder
 from encoding.shape_buckets import bucketed_shape
+from tests.encoding.recording import recorded
 
 TEXTS = [
     "a",
@@ -49,24 +50,6 @@ def test_an_empty_call_is_refused() -> None:
         bucketed_shape(0, 5, 128)
     with pytest.raises(ValueError, match="at least one row"):
         bucketed_shape(3, 0, 128)
-
-
-class RecordingSession:
-    """The encoder's session, recording the shape of every call it is given."""
-
-    def __init__(self, session: object) -> None:
-        self.session = session
-        self.shapes: list[tuple[int, ...]] = []
-
-    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        self.shapes.append(feeds[INPUT_IDS].shape)
-        return self.session.run(names, feeds)  # type: ignore[attr-defined]
-
-
-def recorded(encoder: OnnxEncoder) -> RecordingSession:
-    recording = RecordingSession(encoder.session)
-    encoder.session = recording  # type: ignore[assignment]
-    return recording
 
 
 def test_openvino_calls_are_bucketed_and_the_vectors_unchanged(tiny_bundle_dir: Path) -> None:
