@@ -1,25 +1,28 @@
 """Small encoder calls padded to a few shapes, for a runtime that pays for every new input shape.
 
-OpenVINO's CPU plugin prepares every node of the graph again when an input's shape differs
-from the last call's, and on short texts that costs more than the work itself. Measured on the
-int8 twin (OpenVINO, one thread, 2-core Intel Xeon, CLINC-150 test utterances), CPU per text:
+OpenVINO's CPU plugin prepares the graph for each input shape it meets: a call at a new shape
+costs most, one at a shape met before less, and alternating shapes more than repeating one. An
+encoder that pads each call to its own longest text meets new shapes all the time. Measured on
+the int8 twin (2-core Intel Xeon, CLINC-150 test utterances; ``docs/benchmarks.md``, "The
+encoder's call shapes"):
 
-- one text a call: 7.3 ms with each call at its own length, 2.3 ms with the length rounded up
-  to a multiple of 16;
-- 1–8 texts a call: 3.2 ms exact, 2.2 ms with the length rounded, 1.7 ms with the rows rounded
-  up to a power of two as well (the length to a multiple of 8 in that run);
-- 1–32 texts a call: rounding the rows to a power of two as well cost more than it saved (2.4
-  against 2.1 ms a text on one thread, 3.0 against 2.7 on two), so rows beyond
-  :data:`ROW_STEP` stay as they are.
+- through the service from a fresh start (``http_load``), these shapes against exact ones:
+  one-text ``/v1/embeddings`` 2.15–2.49× the requests a second at one connection and 1.27–1.37×
+  at 32; more requests in 17 and 18 of 20 cells over two runs, a lower p99 in 20 and 19;
+- in process, every shape met before it is timed (``benchmarks/encoder_shapes.py``): a one-text
+  call 0.68–0.74× the CPU, but calls of several texts 1.13–1.25×, where the padding is more
+  work than the shape changes it saves. The service runs decide the default;
+  ``FRACTAL_ENCODER_SHAPE_BUCKETS=false`` turns it off;
+- rounding rows beyond :data:`ROW_STEP` as well lost at 64 connections in 4 of 5 workloads.
 
-ONNX Runtime has no such cost, so there padding is only more work (its fp32 graph ran 25–45%
-slower padded), and its calls keep their exact shape.
+ONNX Runtime has no such cost, so there padding is only more work (1.23–1.55× the CPU), and
+its calls keep their exact shape.
 
 The shapes: the token length rounded up to a multiple of :data:`LENGTH_STEP`, never past the
 backbone's limit; up to :data:`ROW_STEP` rows rounded up to a power of two. Padded tokens are
 masked out and filler rows are dropped from the answer, so the vectors do not change (bit for
-bit on the int8 twin, measured). Only calls of at most :data:`SMALL_CALL_TOKENS` padded tokens
-are padded: in a larger call the work dwarfs the preparation, and padding would only add to it.
+bit on the int8 twin). Only calls of at most :data:`SMALL_CALL_TOKENS` padded tokens are
+padded: in a larger call the work dwarfs the preparation.
 """
 
 from __future__ import annotations
