@@ -19,7 +19,6 @@ Writes ``encoder_shapes.{json,md,png}`` (``_smoke`` in smoke runs) under ``--out
 
 from __future__ import annotations
 
-import json
 import resource
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import numpy as np
 
 from benchmarks.harness.markdown import markdown_table, targets_table
 from benchmarks.harness.runner import DEFAULT_BUNDLE, Progress, option
+from benchmarks.harness.search_data import clinc_test_texts
 from bundle import load_bundle
 from encoding import TokenIds
 from encoding.encoder import OnnxEncoder
@@ -36,7 +36,13 @@ from encoding.shape_buckets import bucketed_shape
 from training.data.registry import data_dir
 
 SHAPES = ("exact", "bucketed")
-RUNTIMES = ("openvino", "onnxruntime")
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU seconds, to the microsecond (``/proc``'s ticks are 10 ms: too coarse
+    for a smoke run's passes of a few milliseconds)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,6 @@ class Settings:
 
 
 SMOKE = Settings(threads=(1,), max_rows=(1, 8), calls=20)
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _calls(sequences: list[TokenIds], max_rows: int, count: int, seed: int) -> list[list[TokenIds]]:
@@ -113,8 +114,7 @@ def _cell(encoder: OnnxEncoder, calls: list[list[TokenIds]]) -> dict:
 
 
 def run(settings: Settings, progress: Progress) -> dict:
-    clinc = json.loads((data_dir() / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
-    texts = list(dict.fromkeys(text for text, _ in clinc["test"]))
+    texts = clinc_test_texts(data_dir())
     bundles = {"openvino": settings.bundle, "onnxruntime": settings.fp32_bundle}
     rows = []
     for runtime, bundle in bundles.items():

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import time
 from collections import Counter
@@ -48,7 +47,7 @@ from benchmarks.harness.runner import (
     option,
     yes_no,
 )
-from benchmarks.harness.search_data import real_sentences
+from benchmarks.harness.search_data import clinc_test_texts, real_sentences
 from benchmarks.harness.wrk import HttpRequest, has_wrk, run_wrk
 from bundle import load_bundle
 from client import FractalClient
@@ -192,9 +191,8 @@ def workload_requests(workload: Workload, queries: Sequence[str], k: int) -> lis
 def corpus(settings: CorpusSettings) -> tuple[list[str], list[str], list[str], dict]:
     """``(documents, their sources, queries, description)``; see the module docstring."""
     folder = data_dir()
-    clinc = json.loads((folder / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
     rng = np.random.default_rng(settings.seed)
-    test_texts = list(dict.fromkeys(text for text, _ in clinc["test"]))
+    test_texts = clinc_test_texts(folder)
     if settings.queries > len(test_texts):
         raise SystemExit(f"--queries: at most {len(test_texts)} CLINC-150 test utterances")
     picked = rng.choice(len(test_texts), settings.queries, replace=False)

@@ -38,6 +38,12 @@ class RealEmbeddings:
     description: dict
 
 
+def clinc_test_texts(data_dir: Path) -> list[str]:
+    """CLINC-150's test utterances, each once, in the split's order (the held-out queries)."""
+    clinc = json.loads((data_dir / "clinc150" / "data_full.json").read_text(encoding="utf-8"))
+    return list(dict.fromkeys(text for text, _ in clinc["test"]))
+
+
 def real_sentences(data_dir: Path) -> dict[str, list[str]]:
     """Every sentence in the data folder by source; a text seen in an earlier source is dropped."""
     from training.data.banking77 import load_banking77
