@@ -333,11 +333,21 @@ class HnswIndex(VectorIndex):
         self._shared_parameters: dict[int, faiss.SearchParameters] = {}
 
     def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
-        """``(IDSelectorNot(deleted), deleted)`` or ``()``; FAISS holds raw pointers to both."""
+        """``(IDSelectorTranslated(id map, live), live, deleted)`` with ``live`` =
+        ``IDSelectorNot(deleted)``, or ``()``; FAISS holds raw pointers to all three.
+
+        The walk tests graph nodes, so the ID map wraps any selector it is given in one that
+        reads each node's row id first, and it does so by writing the wrapper into the
+        parameters for the length of the call. This selector is translated already, so the ID
+        map takes it as it is and writes nothing: parameters holding it are read-only and one
+        object per efSearch serves every search, concurrent ones too."""
         if not self._deleted:
             return ()
         deleted = faiss.IDSelectorBatch(np.fromiter(self._deleted, np.int64))
-        return (faiss.IDSelectorNot(deleted), deleted)
+        live = faiss.IDSelectorNot(deleted)
+        id_map = self._index.id_map  # the vector itself, held by reference
+        translated = faiss.IDSelectorTranslated(id_map, live)  # type: ignore[arg-type]
+        return (translated, live, deleted)
 
     def __len__(self) -> int:
         return int(self._index.ntotal) - len(self._deleted)
@@ -349,28 +359,31 @@ class HnswIndex(VectorIndex):
         """Tombstone ids that are in the index."""
         self._deleted.update(int(i) for i in ids)
         self._live_selector = self._make_live_selector()
+        self._shared_parameters = {}  # they hold the old selector
         self._version += 1
 
     def search_parameters(
         self, ef_search: int | None = None, allowed: RowSet | None = None
     ) -> faiss.SearchParameters:
         """The walk's efSearch (``ef_search`` or the params' default) and its selector: the rows
-        ``allowed``, else every row but the tombstones. With a selector they are made per call:
-        the ID map rewrites the selector while it searches. Without one (no filter, no
-        tombstone) nothing rewrites them, so one object per efSearch is kept and shared: treat
-        it as read-only. ``allowed`` needs no tombstone test: a filter's rows are present in
-        the store, and a removed row never comes back (row ids are not reused)."""
+        ``allowed``, else every row but the tombstones (none without any).
+
+        With ``allowed`` they are made per call: the ID map rewrites that selector while it
+        searches. Without, nothing rewrites them (:meth:`_make_live_selector`), so one object
+        per efSearch is kept and shared until the tombstones change: treat it as read-only.
+        ``allowed`` needs no tombstone test: a filter's rows are present in the store, and a
+        removed row never comes back (row ids are not reused)."""
         ef = self.params.ef_search if ef_search is None else ef_search
-        if allowed is None and not self._live_selector:
+        if allowed is None:
             shared = self._shared_parameters.get(ef)
             if shared is None:
-                shared = self._shared_parameters[ef] = self._walk_parameters(ef)
+                shared = self._walk_parameters(ef)
+                if self._live_selector:
+                    shared.sel = self._live_selector[0]
+                self._shared_parameters[ef] = shared
             return shared
         search_params = self._walk_parameters(ef)
-        if allowed is not None:
-            search_params.sel = allowed.selector()
-        else:
-            search_params.sel = self._live_selector[0]
+        search_params.sel = allowed.selector()
         return search_params
 
     @staticmethod

@@ -45,7 +45,7 @@ class Funnel:
         self._index.refine_index = refine
         self._index.ntotal = refine.ntotal
         self._index.own_fields = False
-        self._shared: dict[tuple[float, int], tuple[faiss.SearchParameters, object]] = {}
+        self._shared: dict[tuple[float, int | None], tuple[faiss.SearchParameters, object]] = {}
 
     def search(
         self,
@@ -53,33 +53,47 @@ class Funnel:
         k: int,
         shortlist: int,
         base_params: faiss.SearchParameters | None,
+        shared: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The best ``k`` rows by full-dimension inner product among each query's ``shortlist``
         (at least ``k``) from the base index, and their scores, ``(n, k)`` each, best first, -1
         where fewer were found. ``queries`` are full unit vectors; ``base_params`` are the base
-        index's own search parameters (None: its defaults)."""
+        index's own search parameters (None: its defaults), ``shared`` when they are the object
+        that index keeps for every search (not made for this call, as a filter's are)."""
         k_factor = (shortlist + 0.5) / k  # FAISS truncates k * k_factor to the shortlist
-        return self._index.search(queries, k, params=self._parameters(k_factor, base_params))
+        return self._index.search(
+            queries, k, params=self._parameters(k_factor, base_params, shared)
+        )
 
     def _parameters(
-        self, k_factor: float, base_params: faiss.SearchParameters | None
+        self, k_factor: float, base_params: faiss.SearchParameters | None, shared: bool
     ) -> faiss.SearchParameters:
-        """``IndexRefine``'s parameters around ``base_params``: made per call when those carry a
-        selector (made per call themselves), else kept per factor and base object (about 10 µs
-        of FAISS's Python attribute handling a search saves)."""
-        shared = base_params is None or getattr(base_params, "sel", None) is None
-        key = (k_factor, id(base_params))
-        entry = self._shared.get(key) if shared else None
-        if entry is not None:
+        """``IndexRefine``'s parameters around ``base_params``: kept per factor and efSearch
+        while the base index keeps the same object (about 10 µs of FAISS's Python attribute
+        handling a search saves), made per call around per-call ones. A shared object replaced
+        by the base index (its tombstones changed) drops everything kept, so no superseded
+        selector stays alive here."""
+        if not shared:
+            return self._wrapped(k_factor, base_params)
+        key = (k_factor, getattr(base_params, "efSearch", None))
+        entry = self._shared.get(key)
+        if entry is not None and entry[1] is base_params:
             return entry[0]
+        if entry is not None or len(self._shared) >= MAX_SHARED_PARAMETERS:
+            self._shared = {}
+        params = self._wrapped(k_factor, base_params)
+        self._shared[key] = (params, base_params)
+        return params
+
+    @staticmethod
+    def _wrapped(
+        k_factor: float, base_params: faiss.SearchParameters | None
+    ) -> faiss.SearchParameters:
+        """New ``IndexRefine`` parameters: the shortlist factor and the base's own."""
         params = faiss.IndexRefineSearchParameters()  # type: ignore[attr-defined]  # not stubbed
         params.k_factor = k_factor
         if base_params is not None:
             wrapped = faiss.SearchParametersPreTransform()  # type: ignore[attr-defined]
             wrapped.index_params = base_params
             params.base_index_params = wrapped
-        if shared:
-            if len(self._shared) >= MAX_SHARED_PARAMETERS:
-                self._shared.clear()
-            self._shared[key] = (params, base_params)  # holds base_params: its id stays its own
         return params

@@ -189,7 +189,7 @@ class FilterPlanning(CollectionState):
         assert isinstance(index, HnswIndex)
         ef = self._walk_ef(index, ef_search, allowed)
         params = index.search_parameters(ef, allowed)
-        scores, rows = self._funnel(spec).search(full, k, shortlist, params)
+        scores, rows = self._funnel(spec).search(full, k, shortlist, params, False)
         short = self._fill_short(full, (scores, rows), k, allowed, None)
         filtering.update({"mode": index.filter_mode, "ef_search": ef, "fallback": short})
         return scores, rows

@@ -3,6 +3,7 @@ dimension against the memory-mapped vector file, by row id, with gaps and filter
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,38 @@ def test_the_funnel_walks_a_graph_with_a_selector_and_skips_tombstones(
     allowed = RowSet(rows[rows % 2 == 0])
     _, filtered = funnel.search(queries, K, 4 * K, graph.search_parameters(64, allowed))
     assert (filtered >= 0).all() and (filtered % 2 == 0).all()
+
+
+def test_one_parameter_object_serves_concurrent_searches_until_the_tombstones_change(
+    tmp_path: Path, rng: np.random.Generator, rows_and_vectors: tuple[np.ndarray, np.ndarray]
+) -> None:
+    rows, vectors = rows_and_vectors
+    file = _file(tmp_path, rows, vectors, "float16")
+    graph = HnswIndex(PREFIX, HnswParams(m=16))
+    graph.add(rows[:-100], prefix_unit(vectors[:-100], PREFIX))
+    graph.remove(rows[:50])
+    params = graph.search_parameters(64)
+    assert graph.search_parameters(64) is params
+    graph.add(rows[-100:], prefix_unit(vectors[-100:], PREFIX))  # after the selector was made
+    assert file.refine is not None
+    funnel = Funnel(graph.faiss_index, PREFIX, file.refine)
+    queries = vectors[-100:]  # each finds its own row, added after the selector
+    expected = [funnel.search(query[None, :], K, 4 * K, params)[1] for query in queries]
+    assert [int(found[0, 0]) for found in expected] == rows[-100:].tolist()
+
+    def search_all(_: int) -> list[np.ndarray]:
+        return [
+            funnel.search(q[None, :], K, 4 * K, graph.search_parameters(64))[1] for q in queries
+        ]
+
+    with ThreadPoolExecutor(4) as pool:
+        for answers in pool.map(search_all, range(8)):
+            assert all((a == e).all() for a, e in zip(answers, expected, strict=True))
+    graph.remove(rows[-100:-50])
+    assert graph.search_parameters(64) is not params
+    _, found = funnel.search(queries, K, 4 * K, graph.search_parameters(64))
+    assert not np.isin(found, rows[:50]).any() and not np.isin(found, rows[-100:-50]).any()
+    assert found[50:, 0].tolist() == rows[-50:].tolist()
 
 
 def test_an_exact_index_takes_no_selector() -> None:
