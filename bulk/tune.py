@@ -13,8 +13,9 @@ With ``--first-stages N`` it also measures every C2F first stage the export weig
 prefix in each code, degree 16 and 32: :func:`index.first_stage.measure_first_stage`) on N
 stored documents drawn at random (the query documents left out) with the same queries: which
 graph the collection's own documents favour, against the one served. That table is printed and
-recorded beside the other (:data:`index.search_tuning.FIRST_STAGES_FILE`); serving another graph
-takes an index built with its settings.
+recorded beside the other (:data:`index.search_tuning.FIRST_STAGES_FILE`), and ``/info`` shows
+its choice beside the first stage in use; serving another graph takes an index built with its
+settings.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from index.first_stage import FLOORS
 TUNING_FILE = "search_tuning.json"
 FIRST_STAGES_FILE = "first_stages.json"
 """``fractal tune --first-stages``'s record: every first stage measured on the collection's own
-documents (:func:`index.first_stage.measure_first_stage`); a report, which the service does not
-read."""
+documents (:func:`index.first_stage.measure_first_stage`); a report, which the service shows
+(:func:`recorded_first_stage`) but does not build from."""
 K = 10
 EF_VALUES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 FACTORS = (2, 4, 8)
@@ -234,21 +234,54 @@ def applicable_choice(folder: Path | None, graph: Graph, floor: float) -> dict[s
     measured, with the documents the graph then held), when the record was measured on
     ``graph``'s prefix, codes and degree; None otherwise, or without a record or a choice at
     that floor. An unreadable record is a :class:`ValueError` naming it."""
-    path = None if folder is None else folder / TUNING_FILE
-    if path is None or not path.is_file():
+    found = _read_record(folder, TUNING_FILE, "search tuning")
+    if found is None:
         return None
+    record, path = found
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
         measured = (record["graph"]["dim"], record["graph"]["storage"], record["graph"]["m"])
         choice = record["choices"].get(str(floor))
         documents = record["graph"]["documents"]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"{path} is not a search tuning record ({exc!r}); run fractal tune again or remove it"
-        ) from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise _unreadable(path, "search tuning", exc) from None
     if measured != (graph.dim, graph.storage, graph.m) or not isinstance(choice, dict):
         return None
     return {**choice, "documents": documents}
+
+
+def recorded_first_stage(folder: Path | None, floor: float) -> dict[str, Any] | None:
+    """The fastest first stage at ``floor`` that ``fractal tune --first-stages`` measured on
+    the collection's own documents (:data:`FIRST_STAGES_FILE` in ``folder``), with the documents
+    it measured on; None without a record or a choice at that floor. A report: serving that
+    graph takes an index built with its settings. An unreadable record is a
+    :class:`ValueError` naming it."""
+    found = _read_record(folder, FIRST_STAGES_FILE, "first-stage")
+    if found is None:
+        return None
+    record, path = found
+    try:
+        choice = record["choices"].get(str(floor))
+        documents = record["documents"]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise _unreadable(path, "first-stage", exc) from None
+    return {**choice, "documents": documents} if isinstance(choice, dict) else None
+
+
+def _read_record(folder: Path | None, name: str, what: str) -> tuple[Any, Path] | None:
+    """The JSON record ``name`` in ``folder`` and its path; None where there is none."""
+    path = None if folder is None else folder / name
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), path
+    except ValueError as exc:
+        raise _unreadable(path, what, exc) from None
+
+
+def _unreadable(path: Path, what: str, exc: Exception) -> ValueError:
+    return ValueError(
+        f"{path} is not a {what} record ({exc!r}); run fractal tune again or remove it"
+    )
 
 
 def drifted(measured_documents: int, documents: int) -> bool:

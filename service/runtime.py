@@ -49,13 +49,15 @@ class StoredDocument:
 @dataclass(frozen=True)
 class FirstStage:
     """C2F's first stage in use: the graph's prefix, codes and degree, where they come from
-    (``bundle``: the export's measured choice; ``settings``), and the bundle's measurement."""
+    (``bundle``: the export's measured choice; ``settings``), and the bundle's measurement;
+    beside it, the fastest one measured on the collection's own documents, if measured."""
 
     source: str
     shortlist_dim: int
     hnsw_storage: str
     hnsw_m: int
     measured: dict[str, Any] | None
+    index_choice: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -481,6 +483,7 @@ class Runtime:
             hnsw_storage=applied.hnsw_storage,
             hnsw_m=applied.hnsw_m,
             measured=measured,
+            index_choice=self.searcher.index_first_stage,
         )
 
     def _c2f_knobs(self) -> C2fKnobs:

@@ -40,7 +40,7 @@ from index import Hit, SearchResult
 from index.backend import IndexBackend
 from index.embedded import Collection
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
-from index.search_tuning import drifted, served_graph
+from index.search_tuning import drifted, recorded_first_stage, served_graph
 from index.types import Filtering
 from service.errors import InvalidRequest
 from service.granularity import AutoDecision, GranularityRouter
@@ -155,6 +155,7 @@ class Searcher:
         self.shortlist_dim = settings.shortlist_dim(manifest)
         self.layout = collection.layout
         self.c2f_walk = self._c2f_walk(settings)
+        self.index_first_stage = self._index_first_stage(settings)
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
         self.metrics = metrics
@@ -188,6 +189,19 @@ class Searcher:
                 graph.documents,
             )
         return walk
+
+    def _index_first_stage(self, settings: Settings) -> dict[str, Any] | None:
+        """``fractal tune --first-stages``'s fastest first stage at the recall floor
+        (``first_stage_recall``) on this collection's own documents
+        (:func:`index.search_tuning.recorded_first_stage`), shown beside the one in use; an
+        unreadable record is logged and shown as none."""
+        if not isinstance(self.collection, Collection):
+            return None
+        try:
+            return recorded_first_stage(self.collection.path, settings.first_stage_recall)
+        except ValueError as exc:
+            log.warning("first-stage record not shown: %s", exc)
+            return None
 
     def _c2f_knobs(self, shortlist_dim: int, index: str) -> tuple[int, int | None]:
         """The shortlist factor and efSearch of a C2F search shortlisting at ``shortlist_dim``

@@ -48,6 +48,12 @@ class FirstStage(FromAttributes):
         "degree, efSearch, shortlist factor, recall, p50 and p99 µs, resident bytes per "
         "document, on the export's corpus); null with source settings."
     )
+    index_choice: dict[str, Any] | None = Field(
+        description="The fastest first stage at FRACTAL_FIRST_STAGE_RECALL measured on this "
+        "collection's own documents by fractal tune --first-stages (the same fields, and the "
+        "documents it measured on), when that record exists; null otherwise. Shown, not "
+        "applied: serving it takes an index built with its settings."
+    )
 
 
 class CoarseBeam(FromAttributes):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from index.search_tuning import FIRST_STAGES_FILE, write_record
 from tests.service.helpers import add_documents, make_settings, serve
 from tests.tiny_bundle import build_tiny_bundle
 
@@ -42,7 +43,7 @@ def test_the_bundle_choice_builds_the_graphs_and_info_says_so(
     first_stage = info["resolutions"]["first_stage"]
     assert first_stage == {
         "source": "bundle", "shortlist_dim": 192, "hnsw_storage": "sq4", "hnsw_m": 12,
-        "measured": CHOICE,
+        "measured": CHOICE, "index_choice": None,
     }
     assert info["resolutions"]["shortlist_dim"] == 192
     assert info["route"]["shortlist_dimension"] == 192
@@ -62,9 +63,30 @@ def test_by_default_the_settings_decide(bundle_dir: Path, tmp_path: Path) -> Non
     info = _info(bundle_dir, tmp_path)
     assert info["resolutions"]["first_stage"] == {
         "source": "settings", "shortlist_dim": 128, "hnsw_storage": "flat", "hnsw_m": 32,
-        "measured": None,
+        "measured": None, "index_choice": None,
     }
     assert info["route"]["shortlist_dimension"] == 128
+
+
+def test_info_shows_the_first_stage_measured_on_the_collection_beside_the_one_in_use(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    record = {"documents": 5000, "choices": {"0.95": {**CHOICE, "dim": 128}, "0.99": None}}
+    write_record(tmp_path / FIRST_STAGES_FILE, record)
+    first_stage = _info(bundle_dir, tmp_path)["resolutions"]["first_stage"]
+    assert first_stage["index_choice"] == {**CHOICE, "dim": 128, "documents": 5000}
+    assert (first_stage["source"], first_stage["shortlist_dim"]) == ("settings", 128)
+    at_99 = _info(bundle_dir, tmp_path, first_stage_recall=0.99)["resolutions"]["first_stage"]
+    assert at_99["index_choice"] is None  # no first stage reached 0.99 there
+
+
+def test_an_unreadable_first_stage_record_is_logged_and_not_shown(
+    bundle_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / FIRST_STAGES_FILE).write_text("{not json", encoding="utf-8")
+    first_stage = _info(bundle_dir, tmp_path)["resolutions"]["first_stage"]
+    assert first_stage["index_choice"] is None
+    assert "is not a first-stage record" in caplog.text
 
 
 def test_a_floor_that_was_not_measured_is_refused(bundle_dir: Path, tmp_path: Path) -> None:
