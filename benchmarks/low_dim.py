@@ -288,17 +288,31 @@ def _summarise(runs: list[dict], datasets: list[str]) -> dict:
 
 
 def _targets(payload: dict) -> list[dict]:
-    """The issue's targets, on the unsupervised setting's Banking77 16-d F1."""
+    """The targets, on the unsupervised setting's Banking77 16-d F1: MIC's and MIPIC's, and
+    each reading of their losses (``mipic@cka_weight=…``) trained at :data:`TARGET_SEEDS` seeds
+    or more, held to the same target."""
     if payload["task_loss"] != "simcse" or "banking77" not in payload["eval_datasets"]:
         return []
     column = payload["dims"].index(16) if 16 in payload["dims"] else None
+    summary = payload["summary"]
+
+    def gain(variant: str) -> dict | None:
+        return summary.get(variant, {}).get("banking77", {}).get("vs_mrl", {}).get("lr_macro_f1")
+
+    readings = [
+        variant
+        for variant in summary
+        if "@" in variant and variant.partition("@")[0] in ("mic", "mipic")
+        and len((gain(variant) or {}).get("seeds", ())) >= TARGET_SEEDS
+    ]
     targets = []
-    for variant in ("mic", "mipic"):
-        gain = payload["summary"].get(variant, {}).get("banking77", {}).get("vs_mrl", {})
-        result = gain.get("lr_macro_f1")
+    for variant in ("mic", "mipic", *readings):
+        result = gain(variant)
+        objective, _, reading = variant.partition("@")
         name = (
-            f"{variant.upper()} ≥ MRL + {TARGET_GAIN_POINTS:g} points of Banking77 LR macro F1 at "
-            f"16-d, mean of {TARGET_SEEDS} seeds (unsupervised SimCSE setting)"
+            f"{objective.upper()}{f' ({variant})' if reading else ''} ≥ MRL + "
+            f"{TARGET_GAIN_POINTS:g} points of Banking77 LR macro F1 at 16-d, mean of "
+            f"{TARGET_SEEDS} seeds (unsupervised SimCSE setting)"
         )
         if result is None or column is None:
             targets.append({"target": name, "reached": "not run", "met": False})

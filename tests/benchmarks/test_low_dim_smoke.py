@@ -118,6 +118,26 @@ def test_paired_differences_name_mixed_devices() -> None:
     assert low_dim.full_objective("mic-sir") == "mic" and low_dim.full_objective("mic") is None
 
 
+def test_a_reading_trained_at_three_seeds_is_held_to_the_objectives_target() -> None:
+    """A reading of MIPIC's loss with three seeds gets a target row of its own; one with fewer
+    seeds, and an ablation, get none."""
+    def gain(mean: float, seeds: int) -> dict:
+        result = {"seeds": list(range(seeds)), "devices": ["cpu"] * seeds, "mean": [mean],
+                  "p_value": [0.2]}
+        return {"banking77": {"vs_mrl": {"lr_macro_f1": result}}}
+
+    payload = {
+        "task_loss": "simcse", "eval_datasets": ["banking77"], "dims": [16],
+        "summary": {"mic": gain(9.0, 3), "mipic": gain(-4.0, 3),
+                    "mipic@cka_weight=0.03": gain(6.0, 3),
+                    "mipic@attention_weight=0.1": gain(7.0, 1), "mipic-sia": gain(8.0, 3)},
+    }
+    targets = {row["target"].split(" ≥")[0]: row for row in low_dim._targets(payload)}
+    assert list(targets) == ["MIC", "MIPIC", "MIPIC (mipic@cka_weight=0.03)"]
+    assert [row["met"] for row in targets.values()] == [True, False, True]
+    assert targets["MIPIC (mipic@cka_weight=0.03)"]["reached"].startswith("+6.00 points over 3")
+
+
 def test_variants_name_their_objective_left_out_components_and_settings() -> None:
     reading = "mipic@attention_temperature=0.05"
     assert low_dim.parse_variant(reading) == ("mipic", (), (("attention_temperature", 0.05),))
