@@ -299,18 +299,21 @@ def _targets(payload: dict) -> list[dict]:
     def gain(variant: str) -> dict | None:
         return summary.get(variant, {}).get("banking77", {}).get("vs_mrl", {}).get("lr_macro_f1")
 
+    def is_reading(variant: str) -> bool:
+        objective, without, options = parse_variant(variant)
+        return objective in ("mic", "mipic") and bool(options) and not without
+
     readings = [
         variant
         for variant in summary
-        if "@" in variant and variant.partition("@")[0] in ("mic", "mipic")
-        and len((gain(variant) or {}).get("seeds", ())) >= TARGET_SEEDS
+        if is_reading(variant) and len((gain(variant) or {}).get("seeds", ())) >= TARGET_SEEDS
     ]
     targets = []
     for variant in ("mic", "mipic", *readings):
         result = gain(variant)
-        objective, _, reading = variant.partition("@")
+        objective = parse_variant(variant)[0]
         name = (
-            f"{objective.upper()}{f' ({variant})' if reading else ''} ≥ MRL + "
+            f"{objective.upper()}{'' if variant == objective else f' ({variant})'} ≥ MRL + "
             f"{TARGET_GAIN_POINTS:g} points of Banking77 LR macro F1 at 16-d, mean of "
             f"{TARGET_SEEDS} seeds (unsupervised SimCSE setting)"
         )
