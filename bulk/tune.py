@@ -14,8 +14,10 @@ prefix in each code, degree 16 and 32: :func:`index.first_stage.measure_first_st
 stored documents drawn at random (the query documents left out) with the same queries: which
 graph the collection's own documents favour, against the one served. That table is printed and
 recorded beside the other (:data:`index.search_tuning.FIRST_STAGES_FILE`), and ``/info`` shows
-its choice beside the first stage in use; serving another graph takes an index built with its
-settings.
+its choice beside the first stage in use. With ``FRACTAL_FIRST_STAGE=index`` the service and
+``fractal import`` serve that choice: the collection's graphs are rebuilt with its prefix, codes
+and degree the next time it opens (then ``fractal tune`` again measures the new graph's
+efSearch and factor).
 """
 
 from __future__ import annotations
@@ -74,7 +76,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise BulkError("fractal tune measures an embedded index folder (FRACTAL_INDEX_BACKEND)")
     if not args.index_dir.is_dir():
         raise BulkError(f"{args.index_dir}: no such index folder")
-    shortlist_dim = settings.shortlist_dim(manifest)
     try:
         catalog = catalog_for(settings, manifest)
     except IndexDirError as exc:
@@ -83,6 +84,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         collection = _open(catalog, args)
         try:
+            shortlist_dim = settings.shortlist_dim(manifest, collection.path)
             ids, queries = _queries_of(collection, manifest, texts, args)
             tuning = _measure(collection, shortlist_dim, ids, queries, args)
             path = write_tuning(collection.path, tuning)
@@ -103,7 +105,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print("\n" + "\n".join(first_stages.markdown()))
         print(
             f"\nServed: {graph.dim}-d {graph.storage} M{graph.m}. Recorded in {stages_path}; "
-            "serving another graph takes an index built with its settings."
+            "FRACTAL_FIRST_STAGE=index serves the choice (its graph is rebuilt when the "
+            "collection opens; then run fractal tune again for its efSearch and factor)."
         )
     return 0
 

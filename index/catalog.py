@@ -108,12 +108,18 @@ def bundle_pq_codebooks(settings: StorageSettings, manifest: Manifest) -> dict[i
 
 
 def _layout(settings: StorageSettings, manifest: Manifest) -> dict[int, tuple[str, ...]]:
-    shortlist_dim = settings.shortlist_dim(manifest)
+    shortlist_dim = settings.shortlist_dim(manifest, _folder(settings))
     return settings.index_layout(manifest.coarse_dim, manifest.fine_dim, shortlist_dim)
 
 
 def _prefix_dims(settings: StorageSettings, manifest: Manifest) -> list[int]:
-    return sorted({manifest.coarse_dim, settings.shortlist_dim(manifest), manifest.fine_dim})
+    shortlist_dim = settings.shortlist_dim(manifest, _folder(settings))
+    return sorted({manifest.coarse_dim, shortlist_dim, manifest.fine_dim})
+
+
+def _folder(settings: StorageSettings) -> Path | None:
+    """The collection's folder, where its own first-stage record lives (embedded backend)."""
+    return settings.index_dir if settings.index_backend == "embedded" else None
 
 
 def _fragment_dim(settings: StorageSettings, manifest: Manifest) -> int | None:
@@ -173,10 +179,14 @@ class EmbeddedCatalog:
         return self._settings.index_dir / COLLECTIONS_DIR
 
     def _open_dir(self, settings: StorageSettings) -> Collection:
+        """The collection in ``settings.index_dir``, its graphs those of its first stage
+        (:meth:`index.settings.StorageSettings.for_collection`: with ``FRACTAL_FIRST_STAGE=index``
+        the one measured on its own documents, which a snapshot of another graph rebuilds)."""
         manifest = self._manifest
         try:
             settings.index_dir.mkdir(parents=True, exist_ok=True)
             check_bundle_record(settings.index_dir, manifest)
+            settings = settings.for_collection(manifest, settings.index_dir)
             return Collection(
                 settings.index_dir,
                 dim=manifest.dim,
@@ -381,11 +391,12 @@ def catalog_for(
     settings: StorageSettings, manifest: Manifest, on_error: Callable[[str], None] | None = None
 ) -> Catalog:
     """The catalog of ``FRACTAL_INDEX_BACKEND``; ``on_error`` counts failed backend calls.
-    With ``FRACTAL_FIRST_STAGE=bundle`` the graphs take the bundle's measured first stage
-    (:meth:`index.settings.StorageSettings.for_bundle`)."""
-    settings = settings.for_bundle(manifest)
+    With ``FRACTAL_FIRST_STAGE=bundle`` (or ``index``) the graphs take the measured first stage
+    (:meth:`index.settings.StorageSettings.for_collection`): an embedded collection's own where
+    its folder records one, else the bundle's."""
     if settings.index_backend == "embedded":
         return EmbeddedCatalog(settings, manifest)
+    settings = settings.for_collection(manifest)
     try:
         import pymilvus  # noqa: F401
     except ImportError:

@@ -38,8 +38,9 @@ from index.first_stage import FLOORS
 TUNING_FILE = "search_tuning.json"
 FIRST_STAGES_FILE = "first_stages.json"
 """``fractal tune --first-stages``'s record: every first stage measured on the collection's own
-documents (:func:`index.first_stage.measure_first_stage`); a report, which the service shows
-(:func:`recorded_first_stage`) but does not build from."""
+documents (:func:`index.first_stage.measure_first_stage`), which the service shows
+(:func:`recorded_first_stage`) and, with ``FRACTAL_FIRST_STAGE=index``, builds the collection's
+graphs from (:meth:`index.settings.StorageSettings.first_stage_choice`)."""
 K = 10
 EF_VALUES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 FACTORS = (2, 4, 8)
@@ -252,8 +253,7 @@ def applicable_choice(folder: Path | None, graph: Graph, floor: float) -> dict[s
 def recorded_first_stage(folder: Path | None, floor: float) -> dict[str, Any] | None:
     """The fastest first stage at ``floor`` that ``fractal tune --first-stages`` measured on
     the collection's own documents (:data:`FIRST_STAGES_FILE` in ``folder``), with the documents
-    it measured on; None without a record or a choice at that floor. A report: serving that
-    graph takes an index built with its settings. An unreadable record is a
+    it measured on; None without a record or a choice at that floor. An unreadable record is a
     :class:`ValueError` naming it."""
     found = _read_record(folder, FIRST_STAGES_FILE, "first-stage")
     if found is None:

@@ -9,7 +9,7 @@ Every field is one variable: ``index_dir`` is ``FRACTAL_INDEX_DIR``. Lists
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -17,9 +17,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from bundle import Manifest
 from index.faiss_indexes import HnswParams, PqParams
 from index.first_stage import FLOORS as FIRST_STAGE_FLOORS
+from index.search_tuning import recorded_first_stage
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
+HnswStorage = Literal["flat", "sq8", "sq4", "tq4"]
+FirstStageSource = Literal["settings", "bundle", "index"]
 
 
 def split_list(value: object) -> object:
@@ -70,21 +73,24 @@ class StorageSettings(BaseSettings):
     hnsw_m: int = Field(32, ge=2, description="HNSW graph degree (M)")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW beam width while building")
     hnsw_ef_search: int = Field(128, ge=1, description="HNSW beam width while searching")
-    hnsw_storage: Literal["flat", "sq8", "sq4", "tq4"] = Field(
+    hnsw_storage: HnswStorage = Field(
         "flat",
         description="HNSW vectors as float32 (flat) or 8-bit or 4-bit scalar-quantised codes "
         "(sq8, sq4: a quarter or an eighth of the bytes; their ranges learnt), or 4-bit "
         "TurboQuant-MSE codes (tq4: sq4's bytes, levels computed for unit vectors); float32 "
         "until 10,000 vectors exist",
     )
-    first_stage: Literal["settings", "bundle"] = Field(
+    first_stage: FirstStageSource = Field(
         "settings",
         description="C2F's first stage: from these settings (the bundle's measured shortlist "
-        "prefix, FRACTAL_HNSW_STORAGE and FRACTAL_HNSW_M), or bundle: the fastest graph "
-        "(prefix, codes, degree) the export measured reaching FRACTAL_FIRST_STAGE_RECALL within "
-        "its memory budget, for each of the three that is not set explicitly, and the coarse "
+        "prefix, FRACTAL_HNSW_STORAGE and FRACTAL_HNSW_M); bundle: the fastest graph (prefix, "
+        "codes, degree) the export measured reaching FRACTAL_FIRST_STAGE_RECALL within its "
+        "memory budget, for each of the three that is not set explicitly, and the coarse "
         "route's measured beam unless coarse_ef_search is set (bundles without the "
-        "measurement keep the settings)",
+        "measurement keep the settings); index: the same from `fractal tune --first-stages`'s "
+        "record in each collection's folder (measured on its own documents, at its own size), "
+        "the bundle's where a collection has none (embedded backend; a changed graph is "
+        "rebuilt from the stored vectors when the collection opens)",
     )
     first_stage_recall: float = Field(
         0.95,
@@ -181,35 +187,57 @@ class StorageSettings(BaseSettings):
             storage=self.hnsw_storage,
         )
 
-    def measured_first_stage(self, manifest: Manifest) -> dict | None:
-        """The bundle's measured first stage at ``first_stage_recall`` (its prefix ``dim``,
-        ``storage``, ``m`` and what it measured) when ``first_stage`` is ``bundle``; None
-        otherwise, or when the bundle recorded none reaching the floor."""
-        if self.first_stage != "bundle":
-            return None
+    def first_stage_choice(
+        self, manifest: Manifest, folder: Path | None = None
+    ) -> tuple[dict[str, Any] | None, FirstStageSource]:
+        """The measured first stage at ``first_stage_recall`` (its prefix ``dim``, ``storage``,
+        ``m`` and what it measured) and where it comes from:
+
+        - ``index`` (``first_stage`` index): ``fractal tune --first-stages``'s record in the
+          collection's ``folder`` (:func:`index.search_tuning.recorded_first_stage`);
+        - ``bundle`` (``first_stage`` bundle, or index where the folder has no record or no
+          choice at the floor): the export's measurement in the manifest;
+        - ``settings`` (None): ``first_stage`` settings, or nothing measured reached the floor.
+
+        A record that is unreadable, or names a graph this bundle cannot serve, is a
+        :class:`ValueError` naming it."""
+        if self.first_stage == "settings":
+            return None, "settings"
+        if self.first_stage == "index":
+            recorded = recorded_first_stage(folder, self.first_stage_recall)
+            if recorded is not None:
+                _check_recorded(recorded, manifest, folder)
+                return recorded, "index"
         measured = manifest.evaluation.get("shortlist", {}).get("first_stage", {})
         choice = measured.get("choices", {}).get(str(self.first_stage_recall))
-        return choice if isinstance(choice, dict) else None
+        return (choice, "bundle") if isinstance(choice, dict) else (None, "settings")
 
-    def measured_coarse_beam(self, manifest: Manifest) -> dict | None:
+    def measured_first_stage(
+        self, manifest: Manifest, folder: Path | None = None
+    ) -> dict[str, Any] | None:
+        """The choice of :meth:`first_stage_choice`, without its source."""
+        return self.first_stage_choice(manifest, folder)[0]
+
+    def measured_coarse_beam(self, manifest: Manifest, folder: Path | None = None) -> dict | None:
         """The bundle's measured coarse beam for the graphs' storage (its ``ef_search`` and
-        what it measured, :mod:`index.coarse_beam`) when ``first_stage`` is ``bundle``; None
-        otherwise, when the bundle recorded none for that storage, or when it measured another
-        graph (a prefix other than the coarse one, or another degree: a sparser graph needs a
-        wider beam)."""
-        if self.first_stage != "bundle":
+        what it measured, :mod:`index.coarse_beam`) when ``first_stage`` is not ``settings``;
+        None otherwise, when the bundle recorded none for that storage, or when it measured
+        another graph (a prefix other than the coarse one, or another degree: a sparser graph
+        needs a wider beam). ``folder``: the collection's (see :meth:`first_stage_choice`)."""
+        if self.first_stage == "settings":
             return None
-        applied = self.for_bundle(manifest)
+        applied = self.for_collection(manifest, folder)
         measured = manifest.evaluation.get("shortlist", {}).get("coarse_beam", {})
         if (measured.get("dim"), measured.get("m")) != (manifest.coarse_dim, applied.hnsw_m):
             return None
         choice = measured.get("choices", {}).get(applied.hnsw_storage)
         return choice if isinstance(choice, dict) else None
 
-    def for_bundle(self, manifest: Manifest) -> StorageSettings:
-        """These settings with the bundle's measured first stage's codes and degree where the
-        environment did not set them (:meth:`measured_first_stage`)."""
-        choice = self.measured_first_stage(manifest)
+    def for_collection(self, manifest: Manifest, folder: Path | None = None) -> StorageSettings:
+        """These settings with the measured first stage's codes and degree where the
+        environment did not set them (:meth:`first_stage_choice`; ``folder``: the
+        collection's)."""
+        choice = self.measured_first_stage(manifest, folder)
         if choice is None:
             return self
         update = {
@@ -219,10 +247,11 @@ class StorageSettings(BaseSettings):
         }
         return self.model_copy(update=update)
 
-    def shortlist_dim(self, manifest: Manifest) -> int:
+    def shortlist_dim(self, manifest: Manifest, folder: Path | None = None) -> int:
         """The prefix C2F shortlists at by default: the measured first stage's (see
-        :meth:`measured_first_stage`), else the bundle's measured shortlist prefix."""
-        choice = self.measured_first_stage(manifest)
+        :meth:`first_stage_choice`; ``folder``: the collection's), else the bundle's measured
+        shortlist prefix."""
+        choice = self.measured_first_stage(manifest, folder)
         if choice is None or int(choice["dim"]) not in manifest.prefix_dims:
             return manifest.shortlist_dim
         return int(choice["dim"])
@@ -247,6 +276,23 @@ class StorageSettings(BaseSettings):
     @property
     def pq(self) -> PqParams:
         return PqParams(m=self.pq_m, nbits=self.pq_nbits)
+
+
+def _check_recorded(choice: dict[str, Any], manifest: Manifest, folder: Path | None) -> None:
+    """A recorded first stage this bundle can serve: one of its prefixes, a graph storage, a
+    degree of at least 2; else a :class:`ValueError` naming the record."""
+    dim, storage, m = choice.get("dim"), choice.get("storage"), choice.get("m")
+    if (
+        dim not in manifest.prefix_dims
+        or storage not in get_args(HnswStorage)
+        or not isinstance(m, int)
+        or m < 2
+    ):
+        raise ValueError(
+            f"the first-stage record in {folder} chose a {dim}-d {storage} graph of degree {m}, "
+            f"which bundle {manifest.name} cannot serve (prefixes {list(manifest.prefix_dims)}); "
+            "run fractal tune --first-stages again"
+        )
 
 
 def describe_settings_error(error: ValidationError) -> str:

@@ -33,7 +33,7 @@ from service.errors import InvalidRequest, NotFound, NotReady
 from service.granularity import GranularityRouter
 from service.limits import Limits, Served
 from service.metrics import Metrics
-from service.search import Searcher, SearchOutcome, SearchPlan
+from service.search import FirstStage, Searcher, SearchOutcome, SearchPlan
 from service.settings import Settings
 
 logger = logging.getLogger("service")
@@ -44,20 +44,6 @@ class StoredDocument:
     id: str
     text: str
     metadata: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class FirstStage:
-    """C2F's first stage in use: the graph's prefix, codes and degree, where they come from
-    (``bundle``: the export's measured choice; ``settings``), and the bundle's measurement;
-    beside it, the fastest one measured on the collection's own documents, if measured."""
-
-    source: str
-    shortlist_dim: int
-    hnsw_storage: str
-    hnsw_m: int
-    measured: dict[str, Any] | None
-    index_choice: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -474,21 +460,9 @@ class Runtime:
                 self.metrics.index_vectors.labels(**labels).set(index.vectors)
         return self.collections.default.stats()
 
-    def _first_stage(self) -> FirstStage:
-        measured = self.settings.measured_first_stage(self.manifest)
-        applied = self.settings.for_bundle(self.manifest)
-        return FirstStage(
-            source="settings" if measured is None else "bundle",
-            shortlist_dim=self.searcher.shortlist_dim,
-            hnsw_storage=applied.hnsw_storage,
-            hnsw_m=applied.hnsw_m,
-            measured=measured,
-            index_choice=self.searcher.index_first_stage,
-        )
-
     def _c2f_knobs(self) -> C2fKnobs:
         walk = self.searcher.c2f_walk
-        common = self.settings.for_bundle(self.manifest).hnsw_ef_search
+        common = self.settings.hnsw_ef_search
         ef_search = common if walk.ef_search is None else walk.ef_search
         return C2fKnobs(ef_search, walk.factor, walk.source, walk.measured)
 
@@ -506,8 +480,8 @@ class Runtime:
                 shortlist_dim=self.searcher.shortlist_dim,
                 indexed_dims=self.searcher.dimensions,
                 fragment_dim=self.collection.fragment_dim,
-                first_stage=self._first_stage(),
-                coarse_beam=CoarseBeam(*self.settings.coarse_beam(manifest)),
+                first_stage=self.searcher.first_stage,
+                coarse_beam=CoarseBeam(*self.searcher.coarse_beam),
                 c2f=self._c2f_knobs(),
             ),
             auto_routing=AutoRouting(

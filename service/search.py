@@ -6,8 +6,8 @@ re-ranking and the scoring. ``granularity=auto`` is decided per query by
 shortlist of ``k × c2f_factor`` from the index at the shortlist prefix, re-ranked exactly by
 full-vector cosine (:meth:`index.Collection.search_c2f`). The shortlist prefix is the bundle's
 (:attr:`bundle.Manifest.shortlist_dim`, measured at export; the coarse prefix for bundles made
-before that; with ``FRACTAL_FIRST_STAGE=bundle`` the measured first stage's prefix,
-:meth:`index.settings.StorageSettings.shortlist_dim`), or a request's ``shortlist_dim``: a
+before that; with ``FRACTAL_FIRST_STAGE=bundle`` or ``index`` the measured first stage's
+prefix, :meth:`index.settings.StorageSettings.shortlist_dim`), or a request's ``shortlist_dim``: a
 trained prefix with an index of the requested kind (the coarse, shortlist and fine prefixes
 have them, see :meth:`service.settings.Settings.index_layout`). At the full dimension itself,
 C2F is plain search there. A query that auto routes to coarse is answered at the coarse prefix
@@ -61,6 +61,21 @@ class C2fWalk:
     factor: int
     source: str
     measured: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class FirstStage:
+    """C2F's first stage in use on a collection: the graph's prefix, codes and degree, where
+    they come from (``index``: measured on the collection's own documents; ``bundle``: the
+    export's measured choice; ``settings``), and that measurement; beside it, the fastest one
+    measured on the collection's own documents, if measured (applied with source ``index``)."""
+
+    source: str
+    shortlist_dim: int
+    hnsw_storage: str
+    hnsw_m: int
+    measured: dict[str, Any] | None
+    index_choice: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -151,11 +166,14 @@ class Searcher:
         self.router = router
         self.default_k = settings.default_k
         self.c2f_factor = settings.c2f_factor
-        self.coarse_ef_search, _, _ = settings.coarse_beam(manifest)
-        self.shortlist_dim = settings.shortlist_dim(manifest)
+        self.folder = collection.path if isinstance(collection, Collection) else None
+        """The collection's folder (embedded backend), where its measurements are recorded."""
+        self.coarse_beam = settings.coarse_beam(manifest, self.folder)
+        self.coarse_ef_search = self.coarse_beam[0]
+        self.shortlist_dim = settings.shortlist_dim(manifest, self.folder)
         self.layout = collection.layout
         self.c2f_walk = self._c2f_walk(settings)
-        self.index_first_stage = self._index_first_stage(settings)
+        self.first_stage = self._first_stage(settings, manifest)
         # The coarse prefix's kinds first (the first is the default), then any only built at fine.
         self.index_kinds = tuple(dict.fromkeys(settings.index_kinds + collection.index_kinds))
         self.metrics = metrics
@@ -190,18 +208,34 @@ class Searcher:
             )
         return walk
 
-    def _index_first_stage(self, settings: Settings) -> dict[str, Any] | None:
-        """``fractal tune --first-stages``'s fastest first stage at the recall floor
-        (``first_stage_recall``) on this collection's own documents
-        (:func:`index.search_tuning.recorded_first_stage`), shown beside the one in use; an
-        unreadable record is logged and shown as none."""
-        if not isinstance(self.collection, Collection):
-            return None
+    def _first_stage(self, settings: Settings, manifest: Manifest) -> FirstStage:
+        """The first stage in use (:meth:`service.settings.Settings.first_stage_choice` on this
+        collection's folder), beside ``fractal tune --first-stages``'s fastest at the recall
+        floor on this collection's own documents
+        (:func:`index.search_tuning.recorded_first_stage`); an unreadable record is logged and
+        shown as none, and one measured on a collection of a very different size is served with
+        a warning."""
+        measured, source = settings.first_stage_choice(manifest, self.folder)
+        applied = settings.for_collection(manifest, self.folder)
         try:
-            return recorded_first_stage(self.collection.path, settings.first_stage_recall)
+            recorded = recorded_first_stage(self.folder, settings.first_stage_recall)
         except ValueError as exc:
             log.warning("first-stage record not shown: %s", exc)
-            return None
+            recorded = None
+        documents = (recorded or {}).get("documents")
+        if source == "index" and isinstance(documents, int):
+            held = self.collection.stats().documents
+            if drifted(documents, held):
+                log.warning(
+                    "the first stage of %s was measured at %d documents and the collection "
+                    "holds %d: run fractal tune --first-stages again",
+                    self.folder,
+                    documents,
+                    held,
+                )
+        return FirstStage(
+            source, self.shortlist_dim, applied.hnsw_storage, applied.hnsw_m, measured, recorded
+        )
 
     def _c2f_knobs(self, shortlist_dim: int, index: str) -> tuple[int, int | None]:
         """The shortlist factor and efSearch of a C2F search shortlisting at ``shortlist_dim``

@@ -280,17 +280,20 @@ class Settings(StorageSettings):
             )
         return self
 
-    def coarse_beam(self, manifest: Manifest) -> tuple[int, str, dict | None]:
+    def coarse_beam(
+        self, manifest: Manifest, folder: Path | None = None
+    ) -> tuple[int, str, dict | None]:
         """The beam coarse queries walk with, where it comes from (``settings``:
         ``coarse_ef_search``; ``bundle``: the export's measured beam, see
         :meth:`measured_coarse_beam`; ``hnsw_ef_search``: the common beam), and the bundle's
-        measurement when it is the source."""
+        measurement when it is the source. ``folder``: the collection's, whose first stage
+        decides the graphs' codes and degree (:meth:`first_stage_choice`)."""
         if self.coarse_ef_search is not None:
             return self.coarse_ef_search, "settings", None
-        measured = self.measured_coarse_beam(manifest)
+        measured = self.measured_coarse_beam(manifest, folder)
         if measured is not None:
             return int(measured["ef_search"]), "bundle", measured
-        return self.for_bundle(manifest).hnsw_ef_search, "hnsw_ef_search", None
+        return self.hnsw_ef_search, "hnsw_ef_search", None
 
     def c2f_walk(
         self, folder: Path | None, graph: Graph | None

@@ -35,24 +35,27 @@ class IndexInfo(FromAttributes):
 
 
 class FirstStage(FromAttributes):
-    source: Literal["bundle", "settings"] = Field(
-        description="bundle: the export's measured choice (FRACTAL_FIRST_STAGE=bundle, for what "
-        "the environment does not set); settings: FRACTAL_HNSW_STORAGE, FRACTAL_HNSW_M and the "
-        "bundle's shortlist prefix."
+    source: Literal["index", "bundle", "settings"] = Field(
+        description="index: the choice measured on this collection's own documents by fractal "
+        "tune --first-stages (FRACTAL_FIRST_STAGE=index); bundle: the export's measured choice "
+        "(FRACTAL_FIRST_STAGE=bundle, or index where the collection has no record); either for "
+        "what the environment does not set; settings: FRACTAL_HNSW_STORAGE, FRACTAL_HNSW_M and "
+        "the bundle's shortlist prefix."
     )
     shortlist_dim: int = Field(description="The prefix C2F's graph walk shortlists at.")
     hnsw_storage: str = Field(description="How the graphs store vectors: flat, sq8, sq4 or tq4.")
     hnsw_m: int = Field(description="The graphs' degree M.")
     measured: dict[str, Any] | None = Field(
-        description="The bundle's measured choice at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "
+        description="The measured choice in use at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "
         "degree, efSearch, shortlist factor, recall, p50 and p99 µs, resident bytes per "
-        "document, on the export's corpus); null with source settings."
+        "document; on the export's corpus with source bundle, on the collection's documents "
+        "with source index, with the documents it measured on); null with source settings."
     )
     index_choice: dict[str, Any] | None = Field(
         description="The fastest first stage at FRACTAL_FIRST_STAGE_RECALL measured on this "
         "collection's own documents by fractal tune --first-stages (the same fields, and the "
-        "documents it measured on), when that record exists; null otherwise. Shown, not "
-        "applied: serving it takes an index built with its settings."
+        "documents it measured on), when that record exists; null otherwise. Served with "
+        "FRACTAL_FIRST_STAGE=index (the graph rebuilt when the collection opens)."
     )
 
 
@@ -90,8 +93,9 @@ class Resolutions(FromAttributes):
         "records one."
     )
     shortlist_dim: int = Field(
-        description="The prefix rerank=c2f shortlists at by default: the bundle's measured "
-        "shortlist prefix (its coarse one for bundles without the measurement)."
+        description="The prefix rerank=c2f shortlists at by default: the measured first "
+        "stage's (see first_stage), else the bundle's measured shortlist prefix (its coarse one "
+        "for bundles without the measurement)."
     )
     indexed_dims: list[int] = Field(description="Dimensions /search has indexes for.")
     fragment_dim: int | None = Field(description="SFS fragment size; null: SFS is off.")

@@ -1,5 +1,7 @@
-"""C2F's first stage from the bundle's measurement (``FRACTAL_FIRST_STAGE=bundle``): its prefix,
-codes and degree build the graphs, what the environment sets wins, and ``/info`` says which."""
+"""C2F's first stage from a measurement: the bundle's (``FRACTAL_FIRST_STAGE=bundle``) or the
+collection's own (``FRACTAL_FIRST_STAGE=index``, ``fractal tune --first-stages``'s record): its
+prefix, codes and degree build the graphs, what the environment sets wins, and ``/info`` says
+which."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from index.search_tuning import FIRST_STAGES_FILE, write_record
+from service.errors import StartupError
+from service.startup import load_runtime
 from tests.service.helpers import add_documents, make_settings, serve
 from tests.tiny_bundle import build_tiny_bundle
 
@@ -92,3 +96,63 @@ def test_an_unreadable_first_stage_record_is_logged_and_not_shown(
 def test_a_floor_that_was_not_measured_is_refused(bundle_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="first_stage_recall must be 0.95 or 0.99"):
         make_settings(bundle_dir, tmp_path, first_stage_recall=0.9)
+
+
+RECORDED = {**CHOICE, "dim": 64, "storage": "sq8", "m": 16}
+"""What ``fractal tune --first-stages`` measured on the collection: not the bundle's choice."""
+
+
+def _graph(info: dict, dim: int) -> dict | None:
+    return next((i for i in info["indexes"] if (i["dimension"], i["kind"]) == (dim, "hnsw")), None)
+
+
+def test_the_collections_own_measurement_builds_its_graphs_and_info_says_so(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    write_record(tmp_path / FIRST_STAGES_FILE, {"documents": 60, "choices": {"0.95": RECORDED}})
+    info = _info(bundle_dir, tmp_path, first_stage="index")
+    measured = {**RECORDED, "documents": 60}
+    assert info["resolutions"]["first_stage"] == {
+        "source": "index", "shortlist_dim": 64, "hnsw_storage": "sq8", "hnsw_m": 16,
+        "measured": measured, "index_choice": measured,
+    }
+    assert info["route"]["shortlist_dimension"] == 64
+    assert _graph(info, 64)["vectors"] == len(TEXTS)
+    assert _graph(info, 192) is None  # the bundle's choice is not built
+
+
+def test_without_a_record_of_its_own_a_collection_takes_the_bundles_choice(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    first_stage = _info(bundle_dir, tmp_path, first_stage="index")["resolutions"]["first_stage"]
+    assert (first_stage["source"], first_stage["shortlist_dim"]) == ("bundle", 192)
+    assert first_stage["measured"] == CHOICE
+
+
+def test_a_collection_served_with_another_graph_has_it_rebuilt_from_its_documents(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    """The graph the settings built is snapshotted at shutdown; after the measurement the next
+    start builds the measured one from the stored vectors, and every document is found."""
+    with serve(make_settings(bundle_dir, tmp_path, index_kinds="hnsw")) as client:
+        ids = add_documents(client, TEXTS)
+    write_record(tmp_path / FIRST_STAGES_FILE, {"documents": 60, "choices": {"0.95": RECORDED}})
+    settings = make_settings(bundle_dir, tmp_path, index_kinds="hnsw", first_stage="index")
+    with serve(settings) as client:
+        info = client.get("/info").json()
+        body = client.get("/search", params={"q": TEXTS[17], "rerank": "c2f", "k": 1}).json()
+    assert info["documents"] == len(TEXTS)
+    assert (_graph(info, 64)["vectors"], _graph(info, 128)) == (len(TEXTS), None)
+    assert body["route"]["shortlist_dimension"] == 64
+    assert body["hits"][0]["id"] == ids[17]
+
+
+def test_a_record_naming_a_graph_the_bundle_cannot_serve_stops_the_start(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    write_record(
+        tmp_path / FIRST_STAGES_FILE, {"documents": 60, "choices": {"0.95": {**RECORDED, "dim": 96}}}
+    )
+    settings = make_settings(bundle_dir, tmp_path, index_kinds="hnsw", first_stage="index")
+    with pytest.raises(StartupError, match="chose a 96-d sq8 graph of degree 16.*fractal tune"):
+        load_runtime(settings)
