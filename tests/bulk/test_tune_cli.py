@@ -5,6 +5,7 @@ collection's folder; bad input is one ``error:`` line and status 2."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from index.faiss_indexes import SQ_QUANTIZERS
 from index.first_stage import DEGREES
 from index.first_stage import EF_VALUES as STAGE_EF_VALUES
 from index.first_stage import FACTORS as STAGE_FACTORS
-from index.search_tuning import EF_VALUES, FACTORS, FIRST_STAGES_FILE, TUNING_FILE
+from index.search_tuning import EF_VALUES, FACTORS, FIRST_STAGES_FILE, TUNING_FILE, write_record
 from tests.service.helpers import add_documents, make_settings, serve
 from training.cli import main as fractal
 
@@ -76,6 +77,25 @@ def test_every_first_stage_measured_on_the_stored_documents(
     assert len(record["points"]) == len(candidates) * len(STAGE_EF_VALUES) * len(STAGE_FACTORS)
     assert all(0.0 <= point["recall"] <= 1.0 for point in record["points"])
     assert set(record["choices"]) == {"0.95", "0.99"}
+
+
+def test_the_measured_first_stage_is_the_graph_tuned_under_first_stage_index(
+    index_dir: Path,
+    tiny_bundle_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With FRACTAL_FIRST_STAGE=index the collection opens with the recorded graph (rebuilt from
+    its stored vectors), and that is the graph the sweep measures."""
+    folder = shutil.copytree(index_dir, tmp_path / "index")
+    choice = {"dim": 128, "storage": "flat", "m": 16, "ef_search": 16, "factor": 2}
+    write_record(folder / FIRST_STAGES_FILE, {"documents": 300, "choices": {"0.95": choice}})
+    monkeypatch.setenv("FRACTAL_FIRST_STAGE", "index")
+    argv = ["tune", str(folder), "--bundle", str(tiny_bundle_dir), "--sample", "20"]
+    assert fractal([*argv, "--no-progress"]) == 0
+    assert "C2F on the served 128-d flat M16 graph, 300 documents" in capsys.readouterr().out
+    assert _record(folder)["graph"] == {"dim": 128, "storage": "flat", "m": 16, "documents": 300}
 
 
 def test_bad_input_is_one_error_line(
