@@ -150,9 +150,8 @@ def test_a_collection_served_with_another_graph_has_it_rebuilt_from_its_document
 def test_a_record_naming_a_graph_the_bundle_cannot_serve_stops_the_start(
     bundle_dir: Path, tmp_path: Path
 ) -> None:
-    write_record(
-        tmp_path / FIRST_STAGES_FILE, {"documents": 60, "choices": {"0.95": {**RECORDED, "dim": 96}}}
-    )
+    record = {"documents": 60, "choices": {"0.95": {**RECORDED, "dim": 96}}}
+    write_record(tmp_path / FIRST_STAGES_FILE, record)
     settings = make_settings(bundle_dir, tmp_path, index_kinds="hnsw", first_stage="index")
     with pytest.raises(StartupError, match="chose a 96-d sq8 graph of degree 16.*fractal tune"):
         load_runtime(settings)
