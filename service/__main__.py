@@ -1,7 +1,9 @@
 """``python -m service`` / ``fractal-serve``: load everything, then serve with uvicorn.
 
 A bad setting or bundle ends the process before the server starts, with one ``error: …`` line
-on stderr and exit status 2. SIGTERM drains and exits with status 0 (:mod:`service.shutdown`).
+on stderr and exit status 2. With ``FRACTAL_HUGE_PAGES`` (the default) the process first starts
+itself again asking for transparent huge pages (:mod:`service.huge_pages`). SIGTERM drains and
+exits with status 0 (:mod:`service.shutdown`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import uvicorn
 
 from service.app import create_app
 from service.errors import StartupError
+from service.huge_pages import kernel_mode, requested, restart_with_huge_pages
 from service.settings import settings_or_exit
 from service.shutdown import serve
 from service.startup import load_runtime
@@ -22,7 +25,14 @@ EXIT_BAD_CONFIG = 2
 
 def main() -> int:
     settings = settings_or_exit("error", EXIT_BAD_CONFIG)
+    if settings.huge_pages:
+        restart_with_huge_pages()
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s: %(message)s")
+    logging.getLogger("service").info(
+        "transparent huge pages: kernel mode %s, malloc %s",
+        kernel_mode() or "absent",
+        "asks for them" if requested() else "does not ask",
+    )
     try:
         runtime = load_runtime(settings)
     except StartupError as exc:

@@ -53,6 +53,13 @@ class Settings(StorageSettings):
         description="answer well-formed requests on the lean path (service/lean_route.py); "
         "false: FastAPI's own handler answers every request (the same answers, more CPU)",
     )
+    huge_pages: bool = Field(
+        True,
+        description="start the service with glibc's malloc asking for transparent huge pages "
+        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1, where the kernel offers them and the "
+        "environment does not set that tunable): fewer TLB misses in a graph walk over a "
+        "large index (service/huge_pages.py)",
+    )
     backlog: int = Field(2048, ge=1, description="connections the listening socket queues")
     keep_alive_s: int = Field(5, ge=1, description="how long an idle connection is kept open")
 

@@ -155,3 +155,12 @@ def test_a_record_naming_a_graph_the_bundle_cannot_serve_stops_the_start(
     settings = make_settings(bundle_dir, tmp_path, index_kinds="hnsw", first_stage="index")
     with pytest.raises(StartupError, match="chose a 96-d sq8 graph of degree 16.*fractal tune"):
         load_runtime(settings)
+
+
+def test_a_first_stage_measured_at_another_size_is_served_with_a_warning(
+    bundle_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_record(tmp_path / FIRST_STAGES_FILE, {"documents": 5000, "choices": {"0.95": RECORDED}})
+    with serve(make_settings(bundle_dir, tmp_path, index_kinds="hnsw", first_stage="index")):
+        pass
+    assert "was measured at 5000 documents and the collection holds 0" in caplog.text
