@@ -39,6 +39,13 @@ the first setting is not timed cold), latency is the per-query p50 / p99 of the 
 Python call. At each recall floor an engine is represented by its cheapest setting
 (lowest p50) reaching it.
 
+``--huge-pages off,on`` measures every engine under both mallocs the service may run with: glibc's
+default, and glibc asked for transparent huge pages (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``,
+which the service sets itself by default: :mod:`service.huge_pages`). Each engine is then
+measured by ``--repeats`` fresh processes per setting, the settings alternating (off, on, then
+on, off, ...) so that a drift of the machine falls on both; a sweep row's p50 and p99 are the
+medians over its processes, and the targets are checked per setting.
+
 Vectors come from ``toy_labelled`` (labelled clusters, the smoke run and any run without
 ``--bundle``) or from the labelled mixture fitted to ``--bundle``'s real embeddings
 (:mod:`benchmarks.harness.labelled_mixture`), with held-out real CLINC-150 queries.
@@ -83,6 +90,9 @@ QDRANT_FULL_SCAN_KB = 10_000
 """Qdrant's default: a segment whose vectors take less is searched exactly, not by its graph."""
 TARGET_P50_RATIO = 0.8
 """Fractal's p50 at each floor must be at most this times the fastest peer's."""
+HUGE_PAGES = ("off", "on")
+HUGE_PAGE_TUNABLE = "glibc.malloc.hugetlb=1"
+"""What ``--huge-pages on`` sets in ``GLIBC_TUNABLES`` for a measuring process."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,12 @@ class Settings:
     bundle: Path | None = option(None, "bundle whose real embeddings the mixture is fitted to")
     work_dir: Path | None = option(None, "where the indexes are built (default: a temp folder)")
     seed: int = option(17, "random seed")
+    huge_pages: tuple[str, ...] = option(
+        ("off",),
+        "malloc of the measuring processes: off (glibc's default), on (asking for transparent "
+        "huge pages, as the service does), or off,on (both, alternately)",
+    )
+    repeats: int = option(1, "measuring processes per engine and huge-page setting")
 
 
 SMOKE = Settings(
@@ -119,6 +135,7 @@ SMOKE = Settings(
     ef_values=(16, 64),
     factors=(2, 4),
     nprobe_values=(4, 16),
+    huge_pages=("off", "on"),
 )
 
 
@@ -410,6 +427,58 @@ def _memory() -> dict[str, int]:
     return {field: status_bytes(pid, field) for field in ("RssAnon", "RssFile")}
 
 
+def _anon_huge_bytes() -> int:
+    """This process's anonymous memory in transparent huge pages (0 where unknown)."""
+    try:
+        lines = Path("/proc/self/smaps_rollup").read_text(encoding="ascii").splitlines()
+    except OSError:
+        return 0
+    found = [line.split()[1] for line in lines if line.startswith("AnonHugePages:")]
+    return int(found[0]) * 1024 if found else 0
+
+
+@contextmanager
+def _malloc(huge_pages: str) -> Iterator[None]:
+    """``GLIBC_TUNABLES`` for the processes started meanwhile: with huge pages asked for
+    (``on``) or without (``off``); the variable as it was afterwards."""
+    given = os.environ.get("GLIBC_TUNABLES")
+    if huge_pages == "on":
+        os.environ["GLIBC_TUNABLES"] = HUGE_PAGE_TUNABLE
+    else:
+        os.environ.pop("GLIBC_TUNABLES", None)
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop("GLIBC_TUNABLES", None)
+        else:
+            os.environ["GLIBC_TUNABLES"] = given
+
+
+def _merged(runs: Sequence[dict]) -> dict:
+    """One engine's measuring processes as one: each sweep row's p50, p99 and index p50 the
+    median over the processes (each process's p50 kept as ``p50_us_runs``), and so the memory
+    figures."""
+    first = runs[0]
+    sweep = []
+    for position, row in enumerate(first["sweep"]):
+        rows = [run["sweep"][position] for run in runs]
+        merged = dict(row) | {"p50_us_runs": [r["p50_us"] for r in rows]}
+        for key in ("p50_us", "p99_us", "index_p50_us"):
+            if key in row:
+                merged[key] = float(np.median([r[key] for r in rows]))
+        sweep.append(merged)
+    figures = ("anon_huge_bytes", "anon_bytes_per_doc", "file_bytes_per_doc")
+    return (
+        first
+        | {key: float(np.median([run[key] for run in runs])) for key in figures}
+        | {
+            "sweep": sweep,
+            "processes": len(runs),
+        }
+    )
+
+
 def build_engine(name: str, settings: Settings, data: Path, folder: Path) -> dict:
     """Build the engine's index over the base vectors and save it in ``folder``."""
     base = np.load(data / "base.npy")
@@ -456,6 +525,8 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
     documents = len(base)
     return {
         "engine": name,
+        "anon_huge_bytes": _anon_huge_bytes(),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
         "anon_bytes_per_doc": (after["RssAnon"] - before["RssAnon"]) / documents,
         "file_bytes_per_doc": (after["RssFile"] - before["RssFile"]) / documents,
         "disk_bytes_per_doc": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -552,10 +623,49 @@ def targets(engines: Sequence[dict]) -> list[dict]:
     return found
 
 
+def huge_page_targets(engines: Sequence[dict]) -> list[dict]:
+    """Per recall floor, whether Fractal's choice is faster with huge pages than without."""
+    found = []
+    by_mode = {
+        mode: fractal_points([e for e in engines if e["huge_pages"] == mode]) for mode in HUGE_PAGES
+    }
+    for floor in map(str, FLOORS):
+        off, on = by_mode["off"][floor], by_mode["on"][floor]
+        if off is None or on is None:
+            reached, met = "floor not reached by fractal under both", False
+        else:
+            reached = (
+                f"{on['engine']} {on['p50_us']:.0f} µs against {off['engine']} "
+                f"{off['p50_us']:.0f} µs ({on['p50_us'] / off['p50_us']:.2f}×)"
+            )
+            met = on["p50_us"] < off["p50_us"]
+        found.append(
+            {
+                "target": f"huge pages make Fractal's fine route faster at recall@10 ≥ {floor} "
+                "(p50, its fastest first stage under each)",
+                "reached": reached,
+                "met": met,
+            }
+        )
+    return found
+
+
+def _kernel_mode() -> str | None:
+    """The kernel's transparent huge page mode, as the service reads it."""
+    from service.huge_pages import kernel_mode
+
+    return kernel_mode()
+
+
 def run(settings: Settings, progress: Progress) -> dict:
     unknown = sorted(set(settings.engines) - set(ENGINES))
     if unknown:
         raise SystemExit(f"error: unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    modes = settings.huge_pages
+    if not modes or len(set(modes)) != len(modes) or not set(modes) <= set(HUGE_PAGES):
+        raise SystemExit(f"error: --huge-pages must be off, on or off,on; got {','.join(modes)}")
+    if settings.repeats < 1:
+        raise SystemExit(f"error: --repeats must be at least 1; got {settings.repeats}")
     for stage in settings.fractal_stages:
         parts = stage.split("-")
         if (
@@ -579,30 +689,54 @@ def run(settings: Settings, progress: Progress) -> dict:
             np.save(data / f"{name}.npy", array)
         del base
         context = multiprocessing.get_context("spawn")
+
+        def child(step: str, name: str, folder: Path) -> dict:
+            progress(f"{name}: {step} (a fresh process)")
+            answer = work / f"{folder.name}.{step}.json"
+            process = context.Process(
+                target=_child, args=(step, name, settings, data, folder, answer)
+            )
+            process.start()
+            process.join()
+            if process.exitcode != 0:
+                raise RuntimeError(f"{name}: the {step} process exited {process.exitcode}")
+            return json.loads(answer.read_text(encoding="utf-8"))
+
         for name in engine_names(settings):
             folder = work / name.replace(":", "-")
             folder.mkdir()
-            engine: dict = {}
-            for step in ("build", "measure"):
-                progress(f"{name}: {step} (a fresh process)")
-                answer = work / f"{folder.name}.{step}.json"
-                child = context.Process(
-                    target=_child, args=(step, name, settings, data, folder, answer)
-                )
-                child.start()
-                child.join()
-                if child.exitcode != 0:
-                    raise RuntimeError(f"{name}: the {step} process exited {child.exitcode}")
-                engine |= json.loads(answer.read_text(encoding="utf-8"))
-            engine["points"] = operating_points(engine)
-            engines.append(engine)
+            with _malloc("off"):
+                built = child("build", name, folder)
+            runs: dict[str, list[dict]] = {mode: [] for mode in settings.huge_pages}
+            for repeat in range(settings.repeats):
+                order = settings.huge_pages[:: -1 if repeat % 2 else 1]
+                for mode in order:
+                    with _malloc(mode):
+                        runs[mode].append(child("measure", name, folder))
+            for mode in settings.huge_pages:
+                engine = built | _merged(runs[mode]) | {"huge_pages": mode}
+                engine["points"] = operating_points(engine)
+                engines.append(engine)
             shutil.rmtree(folder, ignore_errors=True)
+    found = []
+    for mode in settings.huge_pages:
+        for target in targets([e for e in engines if e["huge_pages"] == mode]):
+            if len(settings.huge_pages) > 1:
+                target["target"] += f" (huge pages {mode})"
+            found.append(target)
+    if len(settings.huge_pages) > 1:
+        found += huge_page_targets(engines)
     return {
         "settings": asdict(settings),
         "engines": engines,
-        "targets": targets(engines),
-        "machine": {"faiss_threads": 1},
+        "targets": found,
+        "machine": {"faiss_threads": 1, "transparent_hugepage": _kernel_mode()},
     }
+
+
+def _label(engine: dict, modes: Sequence[str]) -> str:
+    """The engine's name, with its huge-page setting where a run measured more than one."""
+    return engine["engine"] + (f" (huge pages {engine['huge_pages']})" if len(modes) > 1 else "")
 
 
 def _cell(point: dict | None) -> str:
@@ -618,13 +752,20 @@ def markdown(report: dict) -> str:
         else f"the labelled mixture fitted to {settings['bundle']}'s real embeddings, with "
         "held-out real CLINC-150 queries"
     )
-    header = ["engine", "RAM B/doc anon + file", "disk B/doc", "build s"] + [
-        f"p50 / p99 µs at recall ≥ {floor}" for floor in FLOORS
+    modes = settings.get("huge_pages", ["off"])
+    header = [
+        "engine",
+        "RAM B/doc anon + file",
+        "process anon in huge pages MB",
+        "disk B/doc",
+        "build s",
     ]
+    header += [f"p50 / p99 µs at recall ≥ {floor}" for floor in FLOORS]
     rows = [
         [
-            f"`{engine['engine']}`",
+            f"`{_label(engine, modes)}`",
             f"{engine['anon_bytes_per_doc']:.0f} + {engine['file_bytes_per_doc']:.0f}",
+            f"{engine.get('anon_huge_bytes', 0) / 2**20:.0f}",
             f"{engine['disk_bytes_per_doc']:.0f}",
             f"{engine['build_seconds']:.1f}",
             *(_cell(engine["points"][str(floor)]) for floor in FLOORS),
@@ -633,11 +774,11 @@ def markdown(report: dict) -> str:
     ]
     sweeps = []
     for engine in report["engines"]:
-        measured = ("recall_at_10", "p50_us", "p99_us", "index_p50_us")
+        measured = ("recall_at_10", "p50_us", "p99_us", "index_p50_us", "p50_us_runs")
         knobs = [key for key in engine["sweep"][0] if key not in measured]
         inner = "index_p50_us" in engine["sweep"][0]
         sweeps.append(
-            f"### `{engine['engine']}`\n\n"
+            f"### `{_label(engine, modes)}`\n\n"
             + markdown_table(
                 [*knobs, "recall@10", "p50 µs", "p99 µs"]
                 + (["index work p50 µs (the funnel call)"] if inner else []),
@@ -673,6 +814,10 @@ def markdown(report: dict) -> str:
                     "each engine built, saved and reopened in a fresh process; RAM is that "
                     "process's RssAnon and RssFile growth from before opening the saved index "
                     "to after the queries; a cell is the engine's lowest p50 reaching the floor",
+                    f"malloc of the measuring processes: huge pages {' and '.join(modes)} "
+                    f"(kernel mode {machine.get('transparent_hugepage')}); "
+                    f"{settings.get('repeats', 1)} process(es) per engine and setting, "
+                    "alternating, a row's p50 and p99 their medians",
                 ]
             ),
             "## At equal recall\n\n" + markdown_table(header, rows),
@@ -697,7 +842,7 @@ def plot(report: dict, path: Path) -> None:
             [row["recall_at_10"] for row in frontier],
             [row["p50_us"] for row in frontier],
             marker="o",
-            label=engine["engine"],
+            label=_label(engine, report["settings"].get("huge_pages", ["off"])),
         )
     axes.set_xlabel("recall@10")
     axes.set_ylabel("p50 µs per query (1 thread)")

@@ -14,8 +14,20 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
         f"funnel_peers_smoke.{suffix}" for suffix in ("json", "md", "png")
     ]
     settings = funnel_peers.SMOKE
-    assert [engine["engine"] for engine in report["engines"]] == funnel_peers.engine_names(settings)
-    assert [e["engine"] for e in report["engines"][:2]] == ["fractal:32-sq8-m8", "fractal:64-sq8"]
+    names = funnel_peers.engine_names(settings)
+    # Each engine measured under both mallocs, glibc's default first.
+    assert [(e["engine"], e["huge_pages"]) for e in report["engines"]] == [
+        (name, mode) for name in names for mode in ("off", "on")
+    ]
+    assert names[:2] == ["fractal:32-sq8-m8", "fractal:64-sq8"]
+    for engine in report["engines"]:
+        asked = funnel_peers.HUGE_PAGE_TUNABLE in engine["glibc_tunables"]
+        assert asked == (engine["huge_pages"] == "on"), engine["engine"]
+    checks = [t for t in report["targets"] if t["target"].startswith("huge pages make")]
+    assert len(checks) == len(funnel_peers.FLOORS)
+    assert sum("(huge pages on)" in t["target"] for t in report["targets"]) == len(
+        [t for t in report["targets"] if "(huge pages off)" in t["target"]]
+    )
     for engine in report["engines"]:
         knobs = len(settings.ef_values) * (
             1 if engine["engine"] == "faiss_flat" else len(settings.factors)
@@ -30,7 +42,7 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
         if not engine["engine"].startswith("fractal"):
             assert max(row["recall_at_10"] for row in engine["sweep"]) >= 0.9, engine["engine"]
     markdown = (tmp_path / "funnel_peers_smoke.md").read_text(encoding="utf-8")
-    assert "## At equal recall" in markdown and "`qdrant_int8`" in markdown
+    assert "## At equal recall" in markdown and "`qdrant_int8 (huge pages on)`" in markdown
 
 
 def test_an_engine_is_represented_by_its_fastest_setting_reaching_each_floor() -> None:
