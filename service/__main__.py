@@ -28,16 +28,16 @@ def main() -> int:
     if settings.huge_pages:
         restart_with_huge_pages()
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s: %(message)s")
-    logging.getLogger("service").info(
-        "transparent huge pages: kernel mode %s, malloc %s",
-        kernel_mode() or "absent",
-        "asks for them" if requested() else "does not ask",
-    )
     try:
         runtime = load_runtime(settings)
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    logging.getLogger("service").info(
+        "transparent huge pages: kernel mode %s, malloc %s",
+        kernel_mode() or "absent",
+        "asks for them" if requested() else "does not ask",
+    )
     config = uvicorn.Config(
         create_app(settings, runtime),
         host=settings.host,

@@ -3,8 +3,8 @@
 A graph walk reads a few hundred nodes scattered over the whole index, so at a million documents
 nearly every read of a code or a neighbour list also misses the TLB, and the walk waits on the
 page tables as well as on memory. With 2 MiB pages one TLB entry covers 512 times the memory.
-Linux backs anonymous memory with them when the process asks (``madvise``, the default
-``transparent_hugepage`` mode of most distributions) or always. FAISS allocates its graphs and
+Linux backs anonymous memory with them when the process asks (``transparent_hugepage`` mode
+``madvise``) or for every large enough region (``always``). FAISS allocates its graphs and
 codes with ``malloc``, and glibc's malloc asks for huge pages when its ``glibc.malloc.hugetlb``
 tunable is 1 (glibc 2.35 and later). A tunable is read once, when the process starts, so the
 service starts itself again with it set (:func:`restart_with_huge_pages`) before it loads
