@@ -74,6 +74,7 @@ from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_measure import exact_neighbours, recall_at_k
 from index.faiss_indexes import SQ_QUANTIZERS
+from service.huge_pages import TUNABLE, VARIABLE, kernel_mode
 
 K = 10
 ENGINES = (
@@ -91,8 +92,9 @@ QDRANT_FULL_SCAN_KB = 10_000
 TARGET_P50_RATIO = 0.8
 """Fractal's p50 at each floor must be at most this times the fastest peer's."""
 HUGE_PAGES = ("off", "on")
-HUGE_PAGE_TUNABLE = "glibc.malloc.hugetlb=1"
-"""What ``--huge-pages on`` sets in ``GLIBC_TUNABLES`` for a measuring process."""
+HUGE_PAGE_TUNABLE = f"{TUNABLE}=1"
+"""What ``--huge-pages on`` sets in ``GLIBC_TUNABLES`` for a measuring process (what the
+service sets for itself)."""
 
 
 @dataclass(frozen=True)
@@ -441,18 +443,18 @@ def _anon_huge_bytes() -> int:
 def _malloc(huge_pages: str) -> Iterator[None]:
     """``GLIBC_TUNABLES`` for the processes started meanwhile: with huge pages asked for
     (``on``) or without (``off``); the variable as it was afterwards."""
-    given = os.environ.get("GLIBC_TUNABLES")
+    given = os.environ.get(VARIABLE)
     if huge_pages == "on":
-        os.environ["GLIBC_TUNABLES"] = HUGE_PAGE_TUNABLE
+        os.environ[VARIABLE] = HUGE_PAGE_TUNABLE
     else:
-        os.environ.pop("GLIBC_TUNABLES", None)
+        os.environ.pop(VARIABLE, None)
     try:
         yield
     finally:
         if given is None:
-            os.environ.pop("GLIBC_TUNABLES", None)
+            os.environ.pop(VARIABLE, None)
         else:
-            os.environ["GLIBC_TUNABLES"] = given
+            os.environ[VARIABLE] = given
 
 
 def _merged(runs: Sequence[dict]) -> dict:
@@ -526,7 +528,7 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
     return {
         "engine": name,
         "anon_huge_bytes": _anon_huge_bytes(),
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+        "glibc_tunables": os.environ.get(VARIABLE, ""),
         "anon_bytes_per_doc": (after["RssAnon"] - before["RssAnon"]) / documents,
         "file_bytes_per_doc": (after["RssFile"] - before["RssFile"]) / documents,
         "disk_bytes_per_doc": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -650,13 +652,6 @@ def huge_page_targets(engines: Sequence[dict]) -> list[dict]:
     return found
 
 
-def _kernel_mode() -> str | None:
-    """The kernel's transparent huge page mode, as the service reads it."""
-    from service.huge_pages import kernel_mode
-
-    return kernel_mode()
-
-
 def run(settings: Settings, progress: Progress) -> dict:
     unknown = sorted(set(settings.engines) - set(ENGINES))
     if unknown:
@@ -730,7 +725,7 @@ def run(settings: Settings, progress: Progress) -> dict:
         "settings": asdict(settings),
         "engines": engines,
         "targets": found,
-        "machine": {"faiss_threads": 1, "transparent_hugepage": _kernel_mode()},
+        "machine": {"faiss_threads": 1, "transparent_hugepage": kernel_mode()},
     }
 
 
