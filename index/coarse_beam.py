@@ -169,6 +169,7 @@ def measure_coarse_beam(
             params = HnswParams(m=m, ef_construction=ef_construction, storage=storage)
             graph = HnswIndex(dim, params, training=vectors if storage != "flat" else None)
             graph.add(ids, vectors)
+            graph = graph.replacement() or graph  # numbered for locality, as the service's are
             for ef in ef_values:
                 _, found = graph.search(asked, K, ef_search=ef)
                 seconds = []

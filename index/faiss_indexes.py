@@ -21,7 +21,11 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   useful for navigating) and searches exclude it with an ``IDSelector`` inside the graph walk, so a
   search still returns ``k`` live results without over-fetching. Once tombstones pass
   ``max_deleted_fraction`` of the graph, :meth:`HnswIndex.replacement` builds a fresh graph from
-  the live vectors.
+  the live vectors. From ``locality_from`` nodes on, the graph's nodes are kept numbered for
+  locality (:mod:`index.graph_order`: a walk at a million nodes then reads from far fewer places):
+  :meth:`HnswIndex.replacement` renumbers a copy of the graph once it reaches that size, and
+  again whenever it has grown by ``LOCALITY_GROWTH`` since (nodes added in between are appended
+  in row order), so the renumbering costs a few passes over the graph per growth step.
 - ``pq``: ``IndexPQ`` (``m`` sub-quantizers of ``nbits`` bits each). A codebook needs training
   data, so until ``train_size`` vectors exist the index is an exact flat index (``stats`` says
   ``"trained": False``); :meth:`PqIndex.replacement` then trains once on every vector present and
@@ -51,6 +55,7 @@ from typing import ClassVar, cast
 import faiss
 import numpy as np
 
+from index.graph_order import reordered
 from index.rowset import RowSet
 
 KINDS = ("exact", "hnsw", "pq")
@@ -61,13 +66,17 @@ SQ_QUANTIZERS = {
 }
 """The coded HNSW storages and the FAISS scalar quantizer of each."""
 HNSW_STORAGES = ("flat", *SQ_QUANTIZERS)
+LOCALITY_GROWTH = 1.25
+"""A graph in locality order is renumbered again once it holds this many times the nodes it held
+when last renumbered."""
 
 
 @dataclass(frozen=True)
 class HnswParams:
-    """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, and
-    how the graph stores vectors (``flat`` float32, or ``sq8``, ``sq4`` or ``tq4`` codes,
-    trained once ``sq_train_size`` vectors exist)."""
+    """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, how
+    the graph stores vectors (``flat`` float32, or ``sq8``, ``sq4`` or ``tq4`` codes, trained
+    once ``sq_train_size`` vectors exist), and the size from which its nodes are kept numbered
+    for locality (``locality_from``; see the module docstring)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -75,11 +84,14 @@ class HnswParams:
     max_deleted_fraction: float = 0.2
     storage: str = "flat"
     sq_train_size: int = 10_000
+    locality_from: int = 50_000
 
     def __post_init__(self) -> None:
-        if min(self.m, self.ef_construction, self.ef_search, self.sq_train_size) < 1:
+        sizes = (self.m, self.ef_construction, self.ef_search, self.sq_train_size)
+        if min(*sizes, self.locality_from) < 1:
             raise ValueError(
-                f"HNSW m, ef_construction, ef_search and sq_train_size must be >= 1, got {self}"
+                "HNSW m, ef_construction, ef_search, sq_train_size and locality_from must be "
+                f">= 1, got {self}"
             )
         if self.storage not in HNSW_STORAGES:
             raise ValueError(
@@ -89,6 +101,11 @@ class HnswParams:
             raise ValueError(
                 f"HNSW max_deleted_fraction must be in (0, 1), got {self.max_deleted_fraction}"
             )
+
+    def contents(self) -> dict:
+        """The fields that decide what the graph holds: neither ``ef_search`` (read at search
+        time) nor ``locality_from`` (it only renumbers nodes; searches return the same)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("ef_search", "locality_from")}
 
 
 @dataclass(frozen=True)
@@ -318,8 +335,10 @@ class HnswIndex(VectorIndex):
         index: faiss.IndexIDMap | None = None,
         deleted: np.ndarray | None = None,
         training: np.ndarray | None = None,
+        ordered: int = 0,
     ) -> None:
-        """A new graph, or ``index`` as loaded; an SQ8 graph given ``training`` vectors learns
+        """A new graph, or ``index`` as loaded, whose nodes were last renumbered for locality
+        when it held ``ordered`` (0: never); an SQ8 graph given ``training`` vectors learns
         its ranges from them at once (a bulk build: no float32 graph first)."""
         if index is None:
             sample = training if params.storage != "flat" else None
@@ -328,9 +347,11 @@ class HnswIndex(VectorIndex):
         self.params = params
         self._deleted: set[int] = set() if deleted is None else {int(i) for i in deleted}
         self._live_selector = self._make_live_selector()
-        self._node_bitmaps: dict[int, tuple[RowSet, int, np.ndarray | None]] = {}
+        self._node_bitmaps: dict[int, tuple[RowSet, int, np.ndarray]] = {}
         self._node_bitmaps_lock = threading.Lock()
+        self._sorted_rows_kept: tuple[np.ndarray, np.ndarray] | None = None
         self._shared_parameters: dict[int, faiss.SearchParameters] = {}
+        self.ordered = ordered
 
     def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
         """``(IDSelectorTranslated(id map, live), live, deleted)`` with ``live`` =
@@ -408,9 +429,6 @@ class HnswIndex(VectorIndex):
         so the selector is a bitmap over the graph's own node numbers instead, made once per
         filter and graph state (:meth:`_node_bitmap`), and the graph is searched directly."""
         bitmap = self._node_bitmap(allowed)
-        if bitmap is None:
-            search_params = self.search_parameters(ef_search, allowed)
-            return self._index.search(queries, k, params=search_params)
         search_params = self._walk_parameters(
             self.params.ef_search if ef_search is None else ef_search
         )  # its own: the selector is set on it
@@ -425,30 +443,47 @@ class HnswIndex(VectorIndex):
             return np.zeros(0, dtype=np.int64)
         return faiss.rev_swig_ptr(self._index.id_map.data(), size)
 
-    def _node_bitmap(self, allowed: RowSet) -> np.ndarray | None:
+    def _node_bitmap(self, allowed: RowSet) -> np.ndarray:
         """One bit per graph node, set for the nodes of ``allowed``'s rows, cached per filter
-        (the last 8) and graph state. Nodes are numbered in the order rows were added, which
-        is ascending (row ids only grow, rebuilds keep the order), so a binary search finds
-        them; None if the order was ever not ascending."""
+        (the last 8) and graph state; the nodes are found by binary search among the row ids
+        sorted (:meth:`_sorted_rows`)."""
         with self._node_bitmaps_lock:
             cached = self._node_bitmaps.get(id(allowed))
         if cached is not None and cached[0] is allowed and cached[1] == self._version:
             return cached[2]
-        ids = self._node_ids()
-        bitmap = None
-        if len(ids) < 2 or bool(np.all(ids[1:] > ids[:-1])):
-            positions = np.searchsorted(ids, allowed.rows)
-            inside = positions < len(ids)
-            positions = positions[inside]
-            positions = positions[ids[positions] == allowed.rows[inside]]
-            mask = np.zeros(len(ids), dtype=bool)
-            mask[positions] = True
-            bitmap = np.packbits(mask, bitorder="little")
+        rows, nodes = self._sorted_rows()
+        positions = np.searchsorted(rows, allowed.rows)
+        inside = positions < len(rows)
+        positions = positions[inside]
+        positions = positions[rows[positions] == allowed.rows[inside]]
+        mask = np.zeros(len(rows), dtype=bool)
+        mask[nodes[positions]] = True
+        bitmap = np.packbits(mask, bitorder="little")
         with self._node_bitmaps_lock:
             while len(self._node_bitmaps) >= 8:
                 self._node_bitmaps.pop(next(iter(self._node_bitmaps)))
             self._node_bitmaps[id(allowed)] = (allowed, self._version, bitmap)
         return bitmap
+
+    def _sorted_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's row ids ascending, and the node of each. Kept until nodes are added; nodes
+        added since (rows in ascending order, above every earlier one: row ids only grow) are
+        appended, anything else sorts again (a renumbered graph is a new object, sorted once)."""
+        ids = self._node_ids()
+        kept = self._sorted_rows_kept
+        if kept is not None and len(kept[0]) == len(ids):
+            return kept
+        tail = ids[len(kept[0]) :] if kept is not None else ids
+        if kept is not None and bool(
+            np.all(tail[1:] > tail[:-1]) and (not len(kept[0]) or tail[0] > kept[0][-1])
+        ):
+            added = np.arange(len(kept[0]), len(ids), dtype=np.int64)
+            kept = (np.concatenate([kept[0], tail]), np.concatenate([kept[1], added]))
+        else:
+            nodes = np.argsort(ids, kind="stable")
+            kept = (ids[nodes], nodes)
+        self._sorted_rows_kept = kept
+        return kept
 
     def decoded(self) -> tuple[np.ndarray, np.ndarray]:
         ids, vectors = _flat_contents(self._index)
@@ -467,11 +502,12 @@ class HnswIndex(VectorIndex):
 
     def replacement(self) -> HnswIndex | None:
         """A fresh graph of the live vectors when tombstones are due for compaction, or when an
-        SQ graph has reached its training size (trained on every live vector)."""
+        SQ graph has reached its training size (trained on every live vector); else a copy
+        renumbered for locality when that is due (see the module docstring); else None."""
         compact = len(self._deleted) > self.params.max_deleted_fraction * self._index.ntotal
         train = not self.trained and len(self) >= self.params.sq_train_size
         if not (compact or train):
-            return None
+            return self._renumbered() if self._locality_due() else None
         ids, vectors = _flat_contents(self._index)
         live = ~np.isin(ids, self.deleted_ids())
         vectors = np.ascontiguousarray(vectors[live])
@@ -479,7 +515,24 @@ class HnswIndex(VectorIndex):
         graph = faiss.IndexIDMap(_hnsw_graph(self.dim, self.params, training))
         fresh = HnswIndex(self.dim, self.params, graph)
         fresh.add(ids[live], vectors)
-        return fresh
+        return fresh._renumbered() if fresh._locality_due() else fresh
+
+    def _locality_due(self) -> bool:
+        """Whether the graph has reached ``locality_from`` nodes and, if it was renumbered
+        before, grown by ``LOCALITY_GROWTH`` since."""
+        nodes = int(self._index.ntotal)
+        return nodes >= self.params.locality_from and nodes >= LOCALITY_GROWTH * self.ordered
+
+    def _renumbered(self) -> HnswIndex:
+        """A copy with its nodes in locality order (:func:`index.graph_order.reordered`), the
+        same rows and tombstones."""
+        return HnswIndex(
+            self.dim,
+            self.params,
+            reordered(self._index),
+            self.deleted_ids(),
+            ordered=int(self._index.ntotal),
+        )
 
     def nbytes(self) -> int:
         """The graph's size from its parts (vector codes, links, levels, id map), not by
@@ -505,13 +558,16 @@ class HnswIndex(VectorIndex):
             **super().stats(),
             "deleted": len(self._deleted),
             "trained": self.trained,
+            "locality_ordered_nodes": self.ordered,
             **asdict(self.params),
         }
 
     def save(self, path: Path) -> list[Path]:
         deleted_path = path.with_suffix(".deleted.npy")
         np.save(deleted_path, self.deleted_ids())
-        return [*super().save(path), deleted_path]
+        ordered_path = path.with_suffix(".ordered.npy")
+        np.save(ordered_path, np.array([self.ordered], dtype=np.int64))
+        return [*super().save(path), deleted_path, ordered_path]
 
 
 class PqIndex(VectorIndex):
@@ -622,7 +678,10 @@ def read_index(
         raise ValueError(f"{path} does not hold a {dim}-d inner-product {kind} index")
     if kind == "hnsw":
         graph = cast(faiss.IndexIDMap, index)
-        return HnswIndex(dim, hnsw, graph, np.load(path.with_suffix(".deleted.npy")))
+        ordered_path = path.with_suffix(".ordered.npy")  # absent: saved before locality order
+        ordered = int(np.load(ordered_path)[0]) if ordered_path.exists() else 0
+        deleted = np.load(path.with_suffix(".deleted.npy"))
+        return HnswIndex(dim, hnsw, graph, deleted, ordered=ordered)
     mapped = cast(faiss.IndexIDMap2, index)  # read_index returns the class that was saved
     if kind == "exact":
         return ExactIndex(dim, mapped)

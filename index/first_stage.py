@@ -21,13 +21,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import faiss
 import numpy as np
 
-from index.faiss_indexes import SQ_QUANTIZERS
+from index.faiss_indexes import SQ_QUANTIZERS, HnswParams
 from index.funnel import Funnel
+from index.graph_order import reordered
 
 DEGREES = (16, 32)
 EF_VALUES = (16, 32, 64, 128, 256)
@@ -137,8 +138,10 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(matrix / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
-def _graph(corpus: np.ndarray, candidate: Candidate) -> faiss.IndexHNSW:
-    """The candidate's graph over the corpus's unit prefixes (node ``i`` is document ``i``)."""
+def _graph(corpus: np.ndarray, candidate: Candidate) -> faiss.IndexIDMap:
+    """The candidate's graph over the corpus's unit prefixes, ID-mapped as the service's are
+    (id ``i`` is document ``i``), its nodes numbered for locality from the size at which the
+    service numbers its own (:mod:`index.graph_order`)."""
     vectors = _unit(corpus[:, : candidate.dim])
     graph = faiss.IndexHNSWSQ(
         candidate.dim,
@@ -148,12 +151,16 @@ def _graph(corpus: np.ndarray, candidate: Candidate) -> faiss.IndexHNSW:
     )
     graph.hnsw.efConstruction = EF_CONSTRUCTION
     graph.train(vectors)
-    graph.add(vectors)
-    return graph
+    mapped = faiss.IndexIDMap(graph)
+    mapped.add_with_ids(vectors, np.arange(len(vectors), dtype=np.int64))
+    if len(vectors) >= HnswParams.locality_from:
+        return reordered(mapped)
+    return mapped
 
 
-def _resident_bytes(graph: faiss.IndexHNSW) -> float:
+def _resident_bytes(mapped: faiss.IndexIDMap) -> float:
     """Codes and links per node."""
+    graph = cast(faiss.IndexHNSW, faiss.downcast_index(mapped.index))
     hnsw: Any = graph.hnsw  # the stubs lack HNSW's arrays
     codes = graph.storage.sa_code_size() * graph.ntotal
     links = 4 * hnsw.neighbors.size() + 4 * hnsw.levels.size() + 8 * hnsw.offsets.size()

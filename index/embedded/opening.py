@@ -156,6 +156,7 @@ class Opening(CollectionState):
         added = np.array(changes.added, dtype=np.int64)
         removed = np.array(changes.removed, dtype=np.int64)
         live = self._store.live_row_ids() if len(loaded.indexes) < len(self._specs) else None
+        replaced = False
         for name, spec in self._specs.items():
             index = loaded.indexes.get(name)
             if index is None:
@@ -166,7 +167,9 @@ class Opening(CollectionState):
                 index.remove(removed)
             if added.size:
                 index.add(added, self._map(spec.scoring, spec.dim, self._vectors.gather(added)))
-            self._indexes[name] = index.replacement() or index
+            fresh = index.replacement()
+            replaced = replaced or fresh is not None
+            self._indexes[name] = fresh or index
         self._applied = changes.counter
         self._names = self._open_names(loaded, changes)
         self._recovery = DiskRecovery(
@@ -176,7 +179,8 @@ class Opening(CollectionState):
             rebuilt=dict(sorted(loaded.problems.items())),
             full_vectors=asdict(vectors_recovery),
         )
-        worked = loaded.problems or changes.added or changes.removed
+        worked = loaded.problems or changes.added or changes.removed or replaced
         self.opened_with_work = bool(self._count and (worked or vectors_recovery.rows_written))
-        """Whether opening rebuilt or caught up indexes over some documents: a snapshot now saves
-        the next start that work (at millions of documents, many minutes of graph building)."""
+        """Whether opening rebuilt, caught up or replaced indexes (compacted, trained or
+        renumbered) over some documents: a snapshot now saves the next start that work (at
+        millions of documents, many minutes of graph building)."""

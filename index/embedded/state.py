@@ -83,8 +83,8 @@ class CollectionState:
         config: dict = {"scoring": spec.scoring, "dim": spec.dim, "kind": spec.kind}
         if spec.scoring == "sfs":
             config["fragment_dim"] = self.fragment_dim
-        if spec.kind == "hnsw":  # efSearch is read at search time: it decides no contents
-            config["params"] = {k: v for k, v in asdict(self.hnsw).items() if k != "ef_search"}
+        if spec.kind == "hnsw":
+            config["params"] = self.hnsw.contents()
         if spec.kind == "pq":
             config["params"] = asdict(self.pq)
             codebooks = self._codebooks(spec)

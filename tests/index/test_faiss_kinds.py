@@ -119,7 +119,7 @@ def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
     hnsw.add(ids, docs)
     hnsw.remove(ids[:5])
     files = hnsw.save(tmp_path / "h.faiss")
-    assert [path.name for path in files] == ["h.faiss", "h.deleted.npy"]
+    assert [path.name for path in files] == ["h.faiss", "h.deleted.npy", "h.ordered.npy"]
     loaded = read_index("hnsw", 16, tmp_path / "h.faiss", HnswParams(), PqParams())
     assert len(loaded) == 45
     np.testing.assert_array_equal(loaded.search(docs, 3)[1], hnsw.search(docs, 3)[1])

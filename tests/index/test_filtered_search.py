@@ -259,19 +259,26 @@ def test_filters_see_every_write(tmp_path: Path, data: dict) -> None:
     collection.close()
 
 
-@pytest.mark.parametrize("order", ["ascending", "shuffled"])
-def test_the_graph_walk_selects_by_row_whatever_order_rows_were_added(order: str) -> None:
-    """The walk tests a bitmap over node numbers when rows were added in ascending order (as
-    the collection adds them), else the ID map's translation: the same answer either way."""
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "renumbered"])
+def test_the_graph_walk_selects_by_row_whatever_order_the_nodes_are_in(order: str) -> None:
+    """The walk tests a bitmap over node numbers, found from row ids however the nodes are
+    numbered: rows added in ascending order (as the collection adds them), in any order, or
+    renumbered for locality and then appended to."""
     rng = np.random.default_rng(3)
     vectors = unit_rows(rng.standard_normal((600, 16)).astype(np.float32))
-    rows = np.arange(1, 601) if order == "ascending" else rng.permutation(600) + 1
-    index = HnswIndex(16, HnswParams(m=8, ef_construction=64))
-    index.add(rows, vectors)
+    rows = np.arange(1, 601) if order != "shuffled" else rng.permutation(600) + 1
+    index = HnswIndex(16, HnswParams(m=8, ef_construction=64, locality_from=400))
+    index.add(rows[:400], vectors[:400])
+    if order == "renumbered":
+        renumbered = index.replacement()
+        assert renumbered is not None and renumbered.ordered == 400
+        assert not np.array_equal(renumbered._node_ids(), index._node_ids())
+        index = renumbered
     allowed = RowSet(np.arange(3, 601, 3))
+    index.search_filtered(vectors[:1], 10, allowed, ef_search=600)  # rows sorted for 400 nodes
+    index.add(rows[400:], vectors[400:])
     queries = vectors[:8]
     scores, found = index.search_filtered(queries, 10, allowed, ef_search=600)
-    assert (index._node_bitmap(allowed) is not None) == (order == "ascending")
     by_row = np.zeros((601, 16), dtype=np.float32)
     by_row[rows] = vectors
     expected = _top(queries, by_row[allowed.rows], allowed.rows, 10)

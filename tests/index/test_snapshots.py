@@ -189,7 +189,8 @@ def test_snapshots_replace_each_other_and_prune_the_change_log(
     assert collection.snapshot() == 121
     second = set((tmp_path / "snapshot").iterdir())
     assert not (first - {tmp_path / "snapshot" / "manifest.json"}) & second
-    assert len(second) == 1 + 12 + 4 + 1  # manifest, each index, HNSW tombstones, row names
+    # the manifest, each index, each graph's tombstones and locality record, the row names
+    assert len(second) == 1 + 12 + 4 + 4 + 1
     collection.close()
     store = Store(tmp_path / "store.sqlite3", 32)
     assert store.pruned_through == 121
