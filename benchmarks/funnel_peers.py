@@ -11,10 +11,13 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
-  One engine row per first stage of ``--fractal-stages`` (``PREFIX-STORAGE[-mM]``: the graph's
-  prefix, its ``sq8``, ``sq4`` or ``tq4`` codes and its degree, by default every engine's), e.g.
-  ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first stage there, as
-  the service's measured choice would be;
+  One engine row per first stage of ``--fractal-stages`` (``PREFIX-STORAGE[-mM][-insertion]``:
+  the graph's prefix, its ``sq8``, ``sq4`` or ``tq4`` codes and its degree, by default every
+  engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
+  stage there, as the service's measured choice would be. The graph's nodes are numbered for
+  locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
+  ``-insertion`` keeps them in insertion order instead, a row for comparison that is never
+  Fractal's choice;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -104,7 +107,8 @@ class Settings:
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
     fractal_stages: tuple[str, ...] = option(
         ("192-sq8-m16", "192-sq8", "256-sq8"),
-        "Fractal's first stages, PREFIX-STORAGE[-mM] (M: every engine's), comma-separated",
+        "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion] (M: every engine's; "
+        "insertion: nodes left in insertion order, a comparison row), comma-separated",
     )
     m: int = option(32, "graph degree (M, connectivity) of every engine")
     ef_construction: int = option(100, "beam width while building, every engine")
@@ -131,7 +135,7 @@ SMOKE = Settings(
     documents=3_000,
     queries=40,
     dim=64,
-    fractal_stages=("32-sq8-m8", "64-sq8"),
+    fractal_stages=("32-sq8-m8", "64-sq8", "64-sq8-insertion"),
     m=16,
     ef_construction=40,
     ef_values=(16, 64),
@@ -184,11 +188,33 @@ def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarr
     return rows[np.argsort(-scores, kind="stable")[:K]]
 
 
-def _stage(name: str, default_m: int) -> tuple[int, str, int]:
-    """The prefix, storage and degree of a Fractal engine named ``fractal:PREFIX-STORAGE`` or
-    ``fractal:PREFIX-STORAGE-mM`` (without ``-mM``: every engine's M)."""
-    prefix, storage, *degree = name.removeprefix("fractal:").split("-")
-    return int(prefix), storage, int(degree[0][1:]) if degree else default_m
+INSERTION_ORDER = "insertion"
+"""The last part of a Fractal stage whose graph keeps its nodes in insertion order: a row beside
+the served one (nodes renumbered for locality, :mod:`index.graph_order`), never Fractal's
+choice at a floor."""
+
+
+def _stage(name: str, default_m: int, dim: int) -> tuple[int, str, int, bool]:
+    """The prefix, storage, degree and locality order of a Fractal engine named
+    ``fractal:PREFIX-STORAGE[-mM][-insertion]`` (without ``-mM``: every engine's M; with
+    ``-insertion``: nodes left in insertion order); SystemExit naming the form if it is not."""
+    parts = name.removeprefix("fractal:").split("-")
+    locality = parts[-1] != INSERTION_ORDER
+    parts = parts if locality else parts[:-1]
+    degree = parts[2] if len(parts) == 3 else f"m{default_m}"
+    if (
+        len(parts) not in (2, 3)
+        or not parts[0].isdigit()
+        or not 0 < int(parts[0]) <= dim
+        or parts[1] not in SQ_QUANTIZERS
+        or not (degree[:1] == "m" and degree[1:].isdigit())
+    ):
+        raise SystemExit(
+            f"error: fractal stage {name.removeprefix('fractal:')!r} is not "
+            f"PREFIX-STORAGE[-mM][-{INSERTION_ORDER}] with a prefix up to {dim}, storage "
+            f"{', '.join(SQ_QUANTIZERS)} and a degree M"
+        )
+    return int(parts[0]), parts[1], int(degree[1:]), locality
 
 
 def fractal(
@@ -198,8 +224,13 @@ def fractal(
     of the saved one."""
     from index import Collection, HnswParams
 
-    shortlist_dim, storage, m = _stage(name, settings.m)
-    params = HnswParams(m=m, ef_construction=settings.ef_construction, storage=storage)
+    shortlist_dim, storage, m, locality = _stage(name, settings.m, base.shape[1])
+    params = HnswParams(
+        m=m,
+        ef_construction=settings.ef_construction,
+        storage=storage,
+        **({} if locality else {"locality_from": len(base) + 1}),
+    )
 
     def collection() -> Collection:
         return Collection(
@@ -566,7 +597,12 @@ def operating_points(engine: dict) -> dict[str, dict | None]:
 
 def fractal_points(engines: Sequence[dict]) -> dict[str, dict | None]:
     """Per recall floor, Fractal's fastest first stage reaching it (its engine named)."""
-    ours = [engine for engine in engines if engine["engine"].startswith("fractal")]
+    ours = [
+        engine
+        for engine in engines
+        if engine["engine"].startswith("fractal")
+        and not engine["engine"].endswith(f"-{INSERTION_ORDER}")
+    ]
     points: dict[str, dict | None] = {}
     for floor in map(str, FLOORS):
         reaching = [
@@ -662,18 +698,7 @@ def run(settings: Settings, progress: Progress) -> dict:
     if settings.repeats < 1:
         raise SystemExit(f"error: --repeats must be at least 1; got {settings.repeats}")
     for stage in settings.fractal_stages:
-        parts = stage.split("-")
-        if (
-            len(parts) not in (2, 3)
-            or not parts[0].isdigit()
-            or not 0 < int(parts[0]) <= settings.dim
-            or parts[1] not in SQ_QUANTIZERS
-            or (len(parts) == 3 and not (parts[2][:1] == "m" and parts[2][1:].isdigit()))
-        ):
-            raise SystemExit(
-                f"error: fractal stage {stage!r} is not PREFIX-STORAGE[-mM] with a prefix up to "
-                f"{settings.dim}, storage {', '.join(SQ_QUANTIZERS)} and a degree M"
-            )
+        _stage(stage, settings.m, settings.dim)
     base, queries = _data(settings, progress)
     truth = exact_neighbours(base, queries, K)
     engines = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks import funnel_peers
 from tests.benchmarks.smoke import run_smoke
 
@@ -19,7 +21,7 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
     assert [(e["engine"], e["huge_pages"]) for e in report["engines"]] == [
         (name, mode) for name in names for mode in ("off", "on")
     ]
-    assert names[:2] == ["fractal:32-sq8-m8", "fractal:64-sq8"]
+    assert names[:3] == ["fractal:32-sq8-m8", "fractal:64-sq8", "fractal:64-sq8-insertion"]
     for engine in report["engines"]:
         asked = funnel_peers.HUGE_PAGE_TUNABLE in engine["glibc_tunables"]
         assert asked == (engine["huge_pages"] == "on"), engine["engine"]
@@ -71,6 +73,7 @@ def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
     engines = [
         engine("fractal:192-sq8", 90.0, 150.0, 250.0),
         engine("fractal:256-sq8", 80.0, 150.0, 300.0),  # Fractal's choice: the faster stage
+        engine("fractal:256-sq8-insertion", 70.0, 150.0, 300.0),  # a comparison, never chosen
         engine("faiss_flat", 120.0, 140.0, 1000.0),
         engine("qdrant_int8", 100.0, 200.0, 400.0),
     ]
@@ -79,3 +82,11 @@ def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
     assert [target["met"] for target in found[:3]] == [True, True, True]
     assert found[0]["reached"].startswith("fractal:256-sq8: 0.80× qdrant_int8")
     assert found[3]["met"] is True and found[3]["reached"] == "300 B vs 400 B"
+
+
+def test_a_fractal_stage_names_its_prefix_codes_degree_and_node_order() -> None:
+    assert funnel_peers._stage("fractal:192-sq8", 32, 256) == (192, "sq8", 32, True)
+    assert funnel_peers._stage("256-sq4-m16-insertion", 32, 256) == (256, "sq4", 16, False)
+    for bad in ("300-sq8", "192-pq", "192-sq8-16", "192-sq8-m16-random", "sq8"):
+        with pytest.raises(SystemExit, match="is not PREFIX-STORAGE"):
+            funnel_peers._stage(bad, 32, 256)
