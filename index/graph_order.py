@@ -25,23 +25,32 @@ import faiss
 import numpy as np
 
 
-def bottom_links(graph: faiss.IndexHNSW) -> np.ndarray:
-    """The bottom layer's links, ``(ntotal, 2 M)`` node numbers, -1 for an empty slot."""
-    hnsw: Any = graph.hnsw  # its link arrays are not in FAISS's type stubs
-    offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)[: graph.ntotal]
-    width = hnsw.nb_neighbors(0)
-    neighbours = faiss.vector_to_array(hnsw.neighbors)
-    return neighbours[offsets[:, None] + np.arange(width)[None, :]]
+class BottomLayer:
+    """The bottom layer's links of an HNSW graph, read in place (FAISS's arrays, not copied: at
+    ten million nodes they take gigabytes); valid while the graph is not changed."""
+
+    def __init__(self, graph: faiss.IndexHNSW) -> None:
+        hnsw: Any = graph.hnsw  # its link arrays are not in FAISS's type stubs
+        self.nodes = int(graph.ntotal)
+        self.width = int(hnsw.nb_neighbors(0))
+        self.entry_point = int(hnsw.entry_point)
+        self._offsets = faiss.rev_swig_ptr(hnsw.offsets.data(), hnsw.offsets.size())
+        self._links = faiss.rev_swig_ptr(hnsw.neighbors.data(), hnsw.neighbors.size())
+
+    def links(self, nodes: np.ndarray) -> np.ndarray:
+        """The links of ``nodes``, ``(len(nodes), 2 M)`` node numbers, -1 for an empty slot."""
+        starts = self._offsets[nodes].astype(np.int64)
+        return self._links[starts[:, None] + np.arange(self.width)[None, :]]
 
 
-def _breadth_first(links: np.ndarray, start: int) -> list[np.ndarray]:
-    """The levels of a breadth-first walk along ``links`` from ``start``: each level's nodes in
-    the order their first parents were reached."""
-    reached = np.zeros(len(links), dtype=bool)
+def _breadth_first(layer: BottomLayer, start: int) -> list[np.ndarray]:
+    """The levels of a breadth-first walk along ``layer``'s links from ``start``: each level's
+    nodes in the order their first parents were reached."""
+    reached = np.zeros(layer.nodes, dtype=bool)
     reached[start] = True
     levels = [np.array([start], dtype=np.int64)]
     while True:
-        candidates = links[levels[-1]].ravel()
+        candidates = layer.links(levels[-1]).ravel()
         candidates = candidates[candidates >= 0]
         candidates = candidates[~reached[candidates]]
         if not candidates.size:
@@ -56,13 +65,12 @@ def locality_order(graph: faiss.IndexHNSW) -> np.ndarray:
     """A permutation of the graph's nodes, new number ``i`` for old node ``order[i]``: reversed
     Cuthill-McKee over the bottom layer's links (see the module docstring). Nodes no walk from
     the start reaches keep their relative order, after the others."""
-    n = graph.ntotal
+    n = int(graph.ntotal)
     if n < 2:
         return np.arange(n, dtype=np.int64)
-    links = bottom_links(graph)
-    entry = max(int(graph.hnsw.entry_point), 0)
-    start = int(_breadth_first(links, entry)[-1][-1])
-    walked = np.concatenate(_breadth_first(links, start))[::-1]
+    layer = BottomLayer(graph)
+    start = int(_breadth_first(layer, max(layer.entry_point, 0))[-1][-1])
+    walked = np.concatenate(_breadth_first(layer, start))[::-1]
     missed = np.ones(n, dtype=bool)
     missed[walked] = False
     return np.concatenate([walked, np.flatnonzero(missed)])

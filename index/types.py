@@ -82,10 +82,11 @@ class Figures(Mapping[str, Any]):
         return len(self.as_dict())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hit:
     """One search result: a document id and its score (cosine or mean fragment cosine), and
-    the document's text and metadata when the search was asked for them."""
+    the document's text and metadata when the search was asked for them. Not frozen: a search
+    makes one per hit, and a frozen dataclass takes three times as long to construct."""
 
     id: str
     score: float

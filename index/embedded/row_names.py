@@ -144,16 +144,33 @@ class RowNames:
 
     def names(self, rows: Iterable[int]) -> dict[int, str]:
         """By row, the id of each of these rows that has one."""
-        size = len(self._slots)
-        wanted = [row for row in dict.fromkeys(rows) if 0 <= row < size]
-        view = self._view
+        wanted = np.fromiter(dict.fromkeys(rows), dtype=np.int64)
+        found = self.name_matrix(wanted[None, :])[0]
         return {
-            row: view[slot >> _LENGTH_BITS : (slot >> _LENGTH_BITS) + (slot & _LENGTH_MASK)]
-            .tobytes()
-            .decode(*_ENCODING)
-            for row, slot in zip(wanted, self._slots[wanted].tolist(), strict=True)
-            if slot
+            row: name for row, name in zip(wanted.tolist(), found, strict=True) if name is not None
         }
+
+    def name_matrix(self, rows: np.ndarray) -> list[list[str | None]]:
+        """The id of each row of a ``(queries, k)`` matrix of row ids as a search returns them,
+        None where a row has none (FAISS's -1 among them): one gather of the slots and one
+        string per found row, and no dictionary."""
+        size = len(self._slots)
+        if not size:
+            return [[None] * rows.shape[1] for _ in range(rows.shape[0])]
+        slots = self._slots.take(rows, mode="clip").tolist()  # rows outside: checked below
+        view = self._view
+        return [
+            [
+                str(
+                    view[slot >> _LENGTH_BITS : (slot >> _LENGTH_BITS) + (slot & _LENGTH_MASK)],
+                    *_ENCODING,
+                )
+                if slot and 0 <= row < size
+                else None
+                for row, slot in zip(query_rows, query_slots, strict=True)
+            ]
+            for query_rows, query_slots in zip(rows.tolist(), slots, strict=True)
+        ]
 
     def _set_buffer(self, buffer: np.ndarray) -> None:
         if buffer is not self._buffer:

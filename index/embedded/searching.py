@@ -82,18 +82,26 @@ class Searching(FilterPlanning):
         yet is still named (the search saw that state), but has no contents to show: with
         ``contents`` it is left out. Called under the read lock, so the names are those of the
         state the search saw."""
-        row_lists, score_lists = rows.tolist(), scores.tolist()  # Python numbers: no per-hit numpy
+        score_lists = scores.tolist()  # Python numbers: no per-hit numpy
+        if not contents:
+            return [
+                [
+                    Hit(name, score)
+                    for name, score in zip(names, query_scores, strict=True)
+                    if name is not None
+                ]
+                for names, query_scores in zip(
+                    self._names.name_matrix(rows), score_lists, strict=True
+                )
+            ]
+        row_lists = rows.tolist()
         wanted = (row for query_rows in row_lists for row in query_rows if row >= 0)
-        found: dict[int, tuple[str, Contents | None]] = (
-            self._store.names(wanted, True)
-            if contents
-            else {row: (name, None) for row, name in self._names.names(wanted).items()}
-        )
+        found = self._store.names(wanted, True)
         return [
             [
                 Hit(named[0], score, named[1])
                 for row, score in zip(query_rows, query_scores, strict=True)
-                if (named := found.get(row)) is not None and (named[1] is not None or not contents)
+                if (named := found.get(row)) is not None and named[1] is not None
             ]
             for query_rows, query_scores in zip(row_lists, score_lists, strict=True)
         ]

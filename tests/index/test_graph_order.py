@@ -11,7 +11,7 @@ import pytest
 
 from index import Collection, HnswParams, PqParams
 from index.faiss_indexes import HnswIndex, read_index
-from index.graph_order import bottom_links, locality_order, reordered
+from index.graph_order import BottomLayer, locality_order, reordered
 from index.vectors import unit_rows
 
 
@@ -24,7 +24,7 @@ def clustered(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:
 
 def link_gap(graph: faiss.IndexHNSW) -> float:
     """The mean distance in node numbers between a node and its bottom-layer neighbours."""
-    links = bottom_links(graph)
+    links = BottomLayer(graph).links(np.arange(graph.ntotal))
     nodes = np.repeat(np.arange(len(links)), links.shape[1]).reshape(links.shape)
     present = links >= 0
     return float(np.abs(links - nodes)[present].mean())

@@ -24,6 +24,15 @@ def test_rows_are_named_and_forgotten() -> None:
     assert names.get(3) == "c again" and len(names) == 3
 
 
+def test_a_search_result_matrix_is_named_in_place() -> None:
+    names = RowNames()
+    assert names.name_matrix(np.array([[0, -1]])) == [[None, None]]
+    names.add([0, 5, 9], ["zero", "fünf", "nine"])
+    names.drop([9])
+    found = names.name_matrix(np.array([[5, -1, 0, 9], [10**9, 5, 2, 0]]))
+    assert found == [["fünf", None, "zero", None], [None, "fünf", None, "zero"]]
+
+
 def test_any_string_id_round_trips() -> None:
     odd = ["ünïcødé", "emoji 🧭", "lone \udcff surrogate", "x" * 256, "with\nnewline"]
     names = RowNames()
