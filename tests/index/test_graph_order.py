@@ -3,6 +3,7 @@ and the collection renumbers as its graphs grow, on open too."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import faiss
@@ -56,7 +57,7 @@ def test_a_renumbered_graph_answers_the_same_with_neighbours_numbered_close(stor
 
 
 def test_the_graph_is_renumbered_from_its_threshold_and_again_after_growing_a_quarter(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     rng = np.random.default_rng(1)
     vectors = clustered(rng, 1300)
@@ -66,7 +67,9 @@ def test_the_graph_is_renumbered_from_its_threshold_and_again_after_growing_a_qu
     assert index.replacement() is None
     index.add(rows[999:1000], vectors[999:1000])
     index.remove(rows[:10])
-    renumbered = index.replacement()
+    with caplog.at_level(logging.INFO, logger="index.graph_order"):
+        renumbered = index.replacement()
+    assert "a graph of 1000 nodes renumbered for locality in" in caplog.text
     assert renumbered is not None and renumbered.ordered == 1000
     assert renumbered.stats()["locality_ordered_nodes"] == 1000
     np.testing.assert_array_equal(renumbered.deleted_ids(), rows[:10])
