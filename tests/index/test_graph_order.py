@@ -37,8 +37,9 @@ def test_a_renumbered_graph_answers_the_same_with_neighbours_numbered_close(stor
     vectors = clustered(rng, 4000)
     rows = rng.permutation(4000).astype(np.int64) * 3 + 5
     index = HnswIndex(16, HnswParams(m=8, ef_construction=40, storage=storage, sq_train_size=1))
-    index = index.replacement() or index  # trained (sq8) on nothing yet is no graph to keep
     index.add(rows, vectors)
+    index = index.replacement() or index  # an SQ8 graph rebuilt with its codes trained
+    assert index.trained and index._quantised == (storage == "sq8")
     original = index.faiss_index
     copy = reordered(original)
     order = locality_order(faiss.downcast_index(original.index))
