@@ -25,7 +25,9 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   locality (:mod:`index.graph_order`: a walk at a million nodes then reads from far fewer places):
   :meth:`HnswIndex.replacement` renumbers a copy of the graph once it reaches that size, and
   again whenever it has grown by ``LOCALITY_GROWTH`` since (nodes added in between are appended
-  in row order), so the renumbering costs a few passes over the graph per growth step.
+  in row order), so the renumbering costs a few passes over the graph per growth step. Before a
+  snapshot the step is ``SNAPSHOT_GROWTH``: the graph an import ends with is written, and
+  searched, with at most a small tail out of order.
 - ``pq``: ``IndexPQ`` (``m`` sub-quantizers of ``nbits`` bits each). A codebook needs training
   data, so until ``train_size`` vectors exist the index is an exact flat index (``stats`` says
   ``"trained": False``); :meth:`PqIndex.replacement` then trains once on every vector present and
@@ -69,6 +71,8 @@ HNSW_STORAGES = ("flat", *SQ_QUANTIZERS)
 LOCALITY_GROWTH = 1.25
 """A graph in locality order is renumbered again once it holds this many times the nodes it held
 when last renumbered."""
+SNAPSHOT_GROWTH = 1.02
+"""The same, before a snapshot is written."""
 
 
 @dataclass(frozen=True)
@@ -282,8 +286,9 @@ class VectorIndex:
         brute-force check of this index's answers compares with."""
         return _flat_contents(self._index)
 
-    def replacement(self) -> VectorIndex | None:
-        """A rebuilt index that should take this one's place, or None (the default)."""
+    def replacement(self, snapshot: bool = False) -> VectorIndex | None:
+        """A rebuilt index that should take this one's place, or None (the default);
+        ``snapshot`` when it is asked for before writing a snapshot."""
         return None
 
     def nbytes(self) -> int:
@@ -500,14 +505,16 @@ class HnswIndex(VectorIndex):
         """Whether the graph stores what its params ask for (SQ codes need training first)."""
         return self._quantised == (self.params.storage != "flat")
 
-    def replacement(self) -> HnswIndex | None:
+    def replacement(self, snapshot: bool = False) -> HnswIndex | None:
         """A fresh graph of the live vectors when tombstones are due for compaction, or when an
         SQ graph has reached its training size (trained on every live vector); else a copy
-        renumbered for locality when that is due (see the module docstring); else None."""
+        renumbered for locality when that is due (see the module docstring: sooner with
+        ``snapshot``); else None."""
         compact = len(self._deleted) > self.params.max_deleted_fraction * self._index.ntotal
         train = not self.trained and len(self) >= self.params.sq_train_size
         if not (compact or train):
-            return self._renumbered() if self._locality_due() else None
+            growth = SNAPSHOT_GROWTH if snapshot else LOCALITY_GROWTH
+            return self._renumbered() if self._locality_due(growth) else None
         ids, vectors = _flat_contents(self._index)
         live = ~np.isin(ids, self.deleted_ids())
         vectors = np.ascontiguousarray(vectors[live])
@@ -517,11 +524,11 @@ class HnswIndex(VectorIndex):
         fresh.add(ids[live], vectors)
         return fresh._renumbered() if fresh._locality_due() else fresh
 
-    def _locality_due(self) -> bool:
+    def _locality_due(self, growth: float = LOCALITY_GROWTH) -> bool:
         """Whether the graph has reached ``locality_from`` nodes and, if it was renumbered
-        before, grown by ``LOCALITY_GROWTH`` since."""
+        before, grown by ``growth`` since."""
         nodes = int(self._index.ntotal)
-        return nodes >= self.params.locality_from and nodes >= LOCALITY_GROWTH * self.ordered
+        return nodes >= self.params.locality_from and nodes >= growth * self.ordered
 
     def _renumbered(self) -> HnswIndex:
         """A copy with its nodes in locality order (:func:`index.graph_order.reordered`), the
@@ -603,7 +610,7 @@ class PqIndex(VectorIndex):
         ids = faiss.vector_to_array(self._index.id_map).astype(np.int64)
         return ids, self._index.index.reconstruct_n(0, self._index.ntotal)
 
-    def replacement(self) -> PqIndex | None:
+    def replacement(self, snapshot: bool = False) -> PqIndex | None:
         if self.trained or len(self) < self.params.train_size:
             return None
         ids, vectors = _flat_contents(self._index)

@@ -177,7 +177,9 @@ class Searching(FilterPlanning):
         spec = self._spec("cosine", shortlist_dim, kind)
         k = check_count(k, "k")
         shortlist = k * check_count(factor, "factor")
-        full = unit_rows(as_matrix(query_vectors, (self.dim,), "query_vectors"))
+        queries = as_matrix(query_vectors, (self.dim,), "query_vectors")
+        # The unfiltered funnel normalises inside its native call; the other paths in numpy.
+        full = queries if where is None else unit_rows(queries)
         timings: Timings = {}
         filtering, allowed = self._resolve(where)
         with self._lock.read():

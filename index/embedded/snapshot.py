@@ -184,6 +184,7 @@ class Snapshotting(CollectionState):
                     "an earlier write failed while updating the indexes, so they match no state "
                     "of the store; reopen the collection to rebuild them"
                 )
+            self._swap_in_replacements(snapshot=True)
             entries = {
                 name: (self._config(spec), self._indexes[name])
                 for name, spec in self._specs.items()

@@ -98,6 +98,15 @@ class CollectionState:
             return None
         return self.pq_codebooks.get(spec.dim)
 
+    def _swap_in_replacements(self, snapshot: bool = False) -> None:
+        """Rebuild indexes that are due (outside the lock; the writer mutex is held), with
+        ``snapshot`` before writing a snapshot (see ``VectorIndex.replacement``)."""
+        for name, index in list(self._indexes.items()):
+            fresh = index.replacement(snapshot)
+            if fresh is not None:
+                with self._lock.write():
+                    self._indexes[name] = fresh
+
     def _funnel(self, spec: IndexSpec) -> Funnel:
         """The funnel from ``spec``'s index to the full vectors (the vector file is mapped:
         called with rows present, under the read lock)."""

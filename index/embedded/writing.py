@@ -93,11 +93,3 @@ class Writing(CollectionState):
                 self._swap_in_replacements()
             self._applied = deleted.counter
         return len(rows)
-
-    def _swap_in_replacements(self) -> None:
-        """Rebuild indexes that are due (outside the lock; the writer mutex is held)."""
-        for name, index in list(self._indexes.items()):
-            fresh = index.replacement()
-            if fresh is not None:
-                with self._lock.write():
-                    self._indexes[name] = fresh

@@ -70,6 +70,26 @@ def test_the_funnel_re_ranks_the_prefix_shortlist_at_the_full_dimension(
     np.testing.assert_allclose(scores, exact_scores, atol=2e-3 if dtype == "float16" else 1e-5)
 
 
+def test_the_funnel_normalises_queries_itself_and_a_zero_query_scores_zero(
+    tmp_path: Path, rng: np.random.Generator, rows_and_vectors: tuple[np.ndarray, np.ndarray]
+) -> None:
+    rows, vectors = rows_and_vectors
+    file = _file(tmp_path, rows, vectors, "float32")
+    exact = ExactIndex(PREFIX)
+    exact.add(rows, prefix_unit(vectors, PREFIX))
+    assert file.refine is not None
+    funnel = Funnel(exact.faiss_index, PREFIX, file.refine)
+    unit = unit_rows(rng.standard_normal((6, DIM)).astype(np.float32))
+    lengths = np.array([[0.01], [0.5], [1.0], [3.0], [40.0], [1e4]], dtype=np.float32)
+    unit_scores, unit_found = funnel.search(unit, K, 4 * K, None)
+    scores, found = funnel.search(np.ascontiguousarray(unit * lengths), K, 4 * K, None)
+    assert found.tolist() == unit_found.tolist()
+    np.testing.assert_allclose(scores, unit_scores, atol=1e-5)  # cosines, not scaled
+    assert np.abs(scores).max() <= 1 + 1e-5
+    zero_scores, zero_found = funnel.search(np.zeros((1, DIM), np.float32), K, 4 * K, None)
+    assert (zero_found >= 0).all() and not zero_scores.any()
+
+
 def test_the_funnel_walks_a_graph_with_a_selector_and_skips_tombstones(
     tmp_path: Path, rng: np.random.Generator, rows_and_vectors: tuple[np.ndarray, np.ndarray]
 ) -> None:

@@ -76,8 +76,12 @@ def test_the_graph_is_renumbered_from_its_threshold_and_again_after_growing_a_qu
     np.testing.assert_array_equal(renumbered.deleted_ids(), rows[:10])
     _, found = renumbered.search(vectors[:20], 5, ef_search=64)
     assert not np.isin(found, rows[:10]).any()
-    renumbered.add(rows[1000:1249], vectors[1000:1249])
+    renumbered.add(rows[1000:1019], vectors[1000:1019])
+    assert renumbered.replacement(snapshot=True) is None  # 1,019 nodes: under 1.02 × 1,000
+    renumbered.add(rows[1019:1249], vectors[1019:1249])
     assert renumbered.replacement() is None  # 1,249 nodes: not yet 1.25 × 1,000
+    settled = renumbered.replacement(snapshot=True)  # before a snapshot, 2% more is enough
+    assert settled is not None and settled.ordered == 1249
     renumbered.add(rows[1249:], vectors[1249:])
     again = renumbered.replacement()
     assert again is not None and again.ordered == 1300
@@ -122,5 +126,33 @@ def test_a_collection_opened_at_the_threshold_renumbers_its_graphs_and_says_so(
     opened.snapshot()
     opened.close()
     reopened = collection(500)
+    assert not reopened.opened_with_work
+    reopened.close()
+
+
+def test_a_snapshot_renumbers_a_graph_grown_past_its_last_renumbering_and_writes_it(
+    tmp_path: Path,
+) -> None:
+    vectors = clustered(np.random.default_rng(3), 700, 32)
+    names = [f"d{i}" for i in range(700)]
+
+    def collection() -> Collection:
+        hnsw = HnswParams(m=8, ef_construction=40, locality_from=500)
+        return Collection(tmp_path, 32, (32,), ("hnsw",), hnsw=hnsw)
+
+    built = collection()
+    built.upsert(names[:600], names[:600], vectors[:600])
+    built.upsert(names[600:], names[600:], vectors[600:])
+    assert built._indexes["cosine-32-hnsw"].ordered == 600  # 700: not yet 1.25 × 600
+    expected = built.search(vectors[:20], 5, 32, "hnsw").hits
+    built.snapshot()
+    assert built._indexes["cosine-32-hnsw"].ordered == 700
+    found = built.search(vectors[:20], 5, 32, "hnsw").hits
+    assert [[hit.id for hit in hits] for hits in found] == [
+        [hit.id for hit in hits] for hits in expected
+    ]
+    built.close()
+    reopened = collection()
+    assert reopened._indexes["cosine-32-hnsw"].ordered == 700
     assert not reopened.opened_with_work
     reopened.close()
