@@ -18,8 +18,9 @@ the live ids alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +35,11 @@ GROWTH = 1.5
 _LENGTH_BITS = 16
 _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
 assert MAX_ID_BYTES <= _LENGTH_MASK
+T = TypeVar("T")
+
+
+def _row_and_name(name: str, row: int) -> tuple[int, str]:
+    return row, name
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -144,33 +150,34 @@ class RowNames:
 
     def names(self, rows: Iterable[int]) -> dict[int, str]:
         """By row, the id of each of these rows that has one."""
-        wanted = np.fromiter(dict.fromkeys(rows), dtype=np.int64)
-        found = self.name_matrix(wanted[None, :])[0]
-        return {
-            row: name for row, name in zip(wanted.tolist(), found, strict=True) if name is not None
-        }
+        wanted = np.fromiter(dict.fromkeys(rows), dtype=np.int64)[None, :]
+        return dict(self.named(wanted, wanted, _row_and_name)[0])
 
-    def name_matrix(self, rows: np.ndarray) -> list[list[str | None]]:
-        """The id of each row of a ``(queries, k)`` matrix of row ids as a search returns them,
-        None where a row has none (FAISS's -1 among them): one gather of the slots and one
-        string per found row, and no dictionary."""
+    def named(
+        self, rows: np.ndarray, values: np.ndarray, make: Callable[[str, Any], T]
+    ) -> list[list[T]]:
+        """For each query of a ``(queries, k)`` matrix of row ids as a search returns them,
+        ``make(id, value)`` for each of its rows that has a name, in order, with ``value`` from
+        the matching cell of ``values`` (the search's scores) as a Python number: one gather of
+        the slots, one string per named row, and no dictionary or list of names in between.
+        FAISS's -1, and any row outside the table, has no name."""
         size = len(self._slots)
         if not size:
-            return [[None] * rows.shape[1] for _ in range(rows.shape[0])]
+            return [[] for _ in range(rows.shape[0])]
         slots = self._slots.take(rows, mode="clip").tolist()  # rows outside: checked below
         view = self._view
-        return [
-            [
-                str(
-                    view[slot >> _LENGTH_BITS : (slot >> _LENGTH_BITS) + (slot & _LENGTH_MASK)],
-                    *_ENCODING,
-                )
-                if slot and 0 <= row < size
-                else None
-                for row, slot in zip(query_rows, query_slots, strict=True)
-            ]
-            for query_rows, query_slots in zip(rows.tolist(), slots, strict=True)
-        ]
+        answer = []
+        for query_rows, query_slots, query_values in zip(
+            rows.tolist(), slots, values.tolist(), strict=True
+        ):
+            made = []
+            for row, slot, value in zip(query_rows, query_slots, query_values, strict=True):
+                if slot and 0 <= row < size:
+                    start = slot >> _LENGTH_BITS
+                    name = str(view[start : start + (slot & _LENGTH_MASK)], *_ENCODING)
+                    made.append(make(name, value))
+            answer.append(made)
+        return answer
 
     def _set_buffer(self, buffer: np.ndarray) -> None:
         if buffer is not self._buffer:

@@ -82,18 +82,9 @@ class Searching(FilterPlanning):
         yet is still named (the search saw that state), but has no contents to show: with
         ``contents`` it is left out. Called under the read lock, so the names are those of the
         state the search saw."""
-        score_lists = scores.tolist()  # Python numbers: no per-hit numpy
         if not contents:
-            return [
-                [
-                    Hit(name, score)
-                    for name, score in zip(names, query_scores, strict=True)
-                    if name is not None
-                ]
-                for names, query_scores in zip(
-                    self._names.name_matrix(rows), score_lists, strict=True
-                )
-            ]
+            return self._names.named(rows, scores, Hit)
+        score_lists = scores.tolist()  # Python numbers: no per-hit numpy
         row_lists = rows.tolist()
         wanted = (row for query_rows in row_lists for row in query_rows if row >= 0)
         found = self._store.names(wanted, True)

@@ -24,13 +24,17 @@ def test_rows_are_named_and_forgotten() -> None:
     assert names.get(3) == "c again" and len(names) == 3
 
 
-def test_a_search_result_matrix_is_named_in_place() -> None:
+def test_a_search_result_matrix_is_named_in_place_with_its_scores() -> None:
     names = RowNames()
-    assert names.name_matrix(np.array([[0, -1]])) == [[None, None]]
+    empty = np.array([[0, -1]])
+    assert names.named(empty, np.zeros((1, 2), np.float32), lambda *pair: pair) == [[]]
     names.add([0, 5, 9], ["zero", "fünf", "nine"])
     names.drop([9])
-    found = names.name_matrix(np.array([[5, -1, 0, 9], [10**9, 5, 2, 0]]))
-    assert found == [["fünf", None, "zero", None], [None, "fünf", None, "zero"]]
+    rows = np.array([[5, -1, 0, 9], [10**9, 5, 2, 0]])
+    scores = np.array([[0.5, 0.25, 0.125, 1.0], [2.0, 0.75, 3.0, 0.0625]], np.float32)
+    found = names.named(rows, scores, lambda name, score: (name, score))
+    assert found == [[("fünf", 0.5), ("zero", 0.125)], [("fünf", 0.75), ("zero", 0.0625)]]
+    assert type(found[0][0][1]) is float  # a Python number, not a numpy scalar
 
 
 def test_any_string_id_round_trips() -> None:
