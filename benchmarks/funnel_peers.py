@@ -12,8 +12,8 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
   One engine row per first stage of ``--fractal-stages`` (``PREFIX-STORAGE[-mM][-insertion]``:
-  the graph's prefix, its ``sq8``, ``sq4`` or ``tq4`` codes and its degree, by default every
-  engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
+  the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
+  every engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
   stage there, as the service's measured choice would be. The graph's nodes are numbered for
   locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
   ``-insertion`` keeps them in insertion order instead, a row for comparison that is never

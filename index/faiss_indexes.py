@@ -12,11 +12,12 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
 - ``hnsw``: an HNSW graph with ``METRIC_INNER_PRODUCT`` over float32 vectors (``IndexHNSWFlat``,
   storage ``flat``) or over scalar-quantised codes (``IndexHNSWSQ``): 8-bit or 4-bit codes of
   each coordinate's learnt range (``sq8``, ``sq4``: a quarter or an eighth of the vector
-  bytes), or FAISS's 4-bit TurboQuant-MSE codes (``tq4``: ``sq4``'s bytes, with levels computed
-  for the coordinates of unit vectors rather than learnt). Every coded storage switches at the
-  same point: until ``sq_train_size``
-  vectors exist the graph stores float32 (``stats`` says ``"trained": False``) and
-  :meth:`HnswIndex.replacement` then trains on every vector present and builds the coded graph.
+  bytes), 8-bit codes of one range learnt over all coordinates (``sq8u``: ``sq8``'s bytes,
+  decoded with one scale), or FAISS's 4-bit TurboQuant-MSE codes (``tq4``: ``sq4``'s bytes, with
+  levels computed for the coordinates of unit vectors rather than learnt). Every coded storage
+  switches at the same point: until ``sq_train_size`` vectors exist the graph stores float32
+  (``stats`` says ``"trained": False``) and :meth:`HnswIndex.replacement` then trains on every
+  vector present and builds the coded graph.
   HNSW cannot remove a node, so a removed id becomes a tombstone: it stays in the graph (still
   useful for navigating) and searches exclude it with an ``IDSelector`` inside the graph walk, so a
   search still returns ``k`` live results without over-fetching. Once tombstones pass
@@ -35,8 +36,8 @@ int64 ids, and do their own locking: ``search`` may run in several threads at on
   MSHC bundle's), the index is trained from the start with exactly those centroids.
 
 Every kind's ``stats`` says how many bytes one vector's code takes (``bytes_per_vector``):
-``4 · dim`` for float32 storage, ``dim`` for SQ8, ``dim / 2`` for SQ4 and TQ4, the PQ code size once
-trained.
+``4 · dim`` for float32 storage, ``dim`` for either 8-bit code, ``dim / 2`` for SQ4 and TQ4, the PQ
+code size once trained.
 
 Filtered search (:meth:`VectorIndex.search_filtered`) returns only rows of a
 :class:`index.rowset.RowSet`: ``hnsw`` walks the graph with an ``IDSelectorBitmap`` in its
@@ -63,6 +64,7 @@ from index.rowset import RowSet
 KINDS = ("exact", "hnsw", "pq")
 SQ_QUANTIZERS = {
     "sq8": faiss.ScalarQuantizer.QT_8bit,
+    "sq8u": faiss.ScalarQuantizer.QT_8bit_uniform,
     "sq4": faiss.ScalarQuantizer.QT_4bit,
     "tq4": faiss.ScalarQuantizer.QT_4bit_tqmse,
 }
@@ -78,9 +80,9 @@ SNAPSHOT_GROWTH = 1.02
 @dataclass(frozen=True)
 class HnswParams:
     """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, how
-    the graph stores vectors (``flat`` float32, or ``sq8``, ``sq4`` or ``tq4`` codes, trained
-    once ``sq_train_size`` vectors exist), and the size from which its nodes are kept numbered
-    for locality (``locality_from``; see the module docstring)."""
+    the graph stores vectors (``flat`` float32, or ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes,
+    trained once ``sq_train_size`` vectors exist), and the size from which its nodes are kept
+    numbered for locality (``locality_from``; see the module docstring)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -157,7 +159,7 @@ def pq_from_codebooks(codebooks: np.ndarray) -> faiss.IndexPQ:
 
 
 def _flat_contents(index: faiss.IndexIDMap) -> tuple[np.ndarray, np.ndarray]:
-    """The ids and stored vectors of an ID-mapped ``IndexFlat`` or HNSW graph (SQ8 codes come
+    """The ids and stored vectors of an ID-mapped ``IndexFlat`` or HNSW graph (SQ codes come
     back decoded)."""
     inner = faiss.downcast_index(index.index)
     ids = faiss.vector_to_array(index.id_map).astype(np.int64)
@@ -343,7 +345,7 @@ class HnswIndex(VectorIndex):
         ordered: int = 0,
     ) -> None:
         """A new graph, or ``index`` as loaded, whose nodes were last renumbered for locality
-        when it held ``ordered`` (0: never); an SQ8 graph given ``training`` vectors learns
+        when it held ``ordered`` (0: never); an SQ graph given ``training`` vectors learns
         its ranges from them at once (a bulk build: no float32 graph first)."""
         if index is None:
             sample = training if params.storage != "flat" else None
@@ -649,7 +651,7 @@ def create_index(
     pq_codebooks: np.ndarray | None = None,
     training: np.ndarray | None = None,
 ) -> VectorIndex:
-    """A new, empty index of ``kind``; a ``pq`` one uses ``pq_codebooks`` when given, an SQ8
+    """A new, empty index of ``kind``; a ``pq`` one uses ``pq_codebooks`` when given, an SQ
     ``hnsw`` one is trained on ``training`` when given."""
     if kind == "exact":
         return ExactIndex(dim)

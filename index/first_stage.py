@@ -2,8 +2,9 @@
 (its prefix, how it stores vectors, its degree) and with which knobs, on a bundle's own vectors.
 
 Each candidate is an HNSW graph over a trained prefix (the full dimension included) storing
-8-bit or 4-bit scalar-quantised codes (``sq8``, ``sq4``) or 4-bit TurboQuant codes (``tq4``),
-at degree ``M`` 16 or 32. It is
+8-bit or 4-bit scalar-quantised codes of each coordinate's range (``sq8``, ``sq4``), 8-bit codes
+of one range over all coordinates (``sq8u``) or 4-bit TurboQuant codes (``tq4``), at degree
+``M`` 16 or 32. It is
 searched the way the service searches: the native funnel (:mod:`index.funnel`) walks the graph
 for a shortlist of ``k × factor`` and re-ranks it exactly at the full dimension against float16
 full vectors, one query per call on one thread. Every (efSearch, factor) pair of a small sweep

@@ -21,7 +21,7 @@ from index.search_tuning import recorded_first_stage
 
 ENV_PREFIX = "FRACTAL_"
 IndexKind = Literal["exact", "hnsw", "pq"]
-HnswStorage = Literal["flat", "sq8", "sq4", "tq4"]
+HnswStorage = Literal["flat", "sq8", "sq8u", "sq4", "tq4"]
 FirstStageSource = Literal["settings", "bundle", "index"]
 
 
@@ -76,7 +76,8 @@ class StorageSettings(BaseSettings):
     hnsw_storage: HnswStorage = Field(
         "flat",
         description="HNSW vectors as float32 (flat) or 8-bit or 4-bit scalar-quantised codes "
-        "(sq8, sq4: a quarter or an eighth of the bytes; their ranges learnt), or 4-bit "
+        "(sq8, sq4: a quarter or an eighth of the bytes; their ranges learnt; sq8u: sq8's "
+        "bytes, one range learnt over all coordinates), or 4-bit "
         "TurboQuant-MSE codes (tq4: sq4's bytes, levels computed for unit vectors); float32 "
         "until 10,000 vectors exist",
     )

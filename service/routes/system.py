@@ -43,7 +43,9 @@ class FirstStage(FromAttributes):
         "the bundle's shortlist prefix."
     )
     shortlist_dim: int = Field(description="The prefix C2F's graph walk shortlists at.")
-    hnsw_storage: str = Field(description="How the graphs store vectors: flat, sq8, sq4 or tq4.")
+    hnsw_storage: str = Field(
+        description="How the graphs store vectors: flat, sq8, sq8u, sq4 or tq4."
+    )
     hnsw_m: int = Field(description="The graphs' degree M.")
     measured: dict[str, Any] | None = Field(
         description="The measured choice in use at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "

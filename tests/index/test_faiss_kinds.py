@@ -130,7 +130,8 @@ def test_saved_indexes_load_back_and_a_kind_mismatch_is_refused(
 
 
 @pytest.mark.parametrize(
-    ("storage", "code_bytes", "floor"), [("sq8", 64, 0.85), ("sq4", 32, 0.6), ("tq4", 32, 0.6)]
+    ("storage", "code_bytes", "floor"),
+    [("sq8", 64, 0.85), ("sq8u", 64, 0.85), ("sq4", 32, 0.6), ("tq4", 32, 0.6)],
 )
 def test_hnsw_sq_stores_floats_until_its_training_size_then_quantises(
     rng: np.random.Generator, tmp_path: Path, storage: str, code_bytes: int, floor: float

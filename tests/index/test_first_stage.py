@@ -28,9 +28,9 @@ def test_every_candidate_is_measured_and_the_choice_is_the_fastest_within_budget
         corpus, queries, (16, DIM), degrees=(8,), ef_values=(8, 64), factors=(1, 4),
         floors=(0.5, 0.95), budget_bytes=10_000, timed_queries=20,
     )
-    assert len(measured.points) == 2 * 3 * 1 * 2 * 2  # dims × storages × degrees × ef × factors
+    assert len(measured.points) == 2 * 4 * 1 * 2 * 2  # dims × storages × degrees × ef × factors
     assert {(p.candidate.dim, p.candidate.storage) for p in measured.points} == {
-        (dim, storage) for dim in (16, DIM) for storage in ("sq8", "sq4", "tq4")
+        (dim, storage) for dim in (16, DIM) for storage in ("sq8", "sq8u", "sq4", "tq4")
     }
     for point in measured.points:
         assert 0.0 <= point.recall <= 1.0 and point.p99_us >= point.p50_us > 0
@@ -42,7 +42,7 @@ def test_every_candidate_is_measured_and_the_choice_is_the_fastest_within_budget
         reaching = [p for p in measured.points if p.recall >= floor]
         assert choice.p50_us == min(point.p50_us for point in reaching)
     as_json = measured.to_json()
-    assert as_json["choices"]["0.95"]["dim"] in (16, DIM) and len(as_json["points"]) == 24
+    assert as_json["choices"]["0.95"]["dim"] in (16, DIM) and len(as_json["points"]) == 32
 
 
 def test_no_choice_where_nothing_fits_the_budget(data: tuple[np.ndarray, np.ndarray]) -> None:

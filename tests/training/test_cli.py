@@ -170,7 +170,7 @@ def test_run_trains_evaluates_and_exports_a_bundle_and_its_fast_twin(
     # The coarse route's beam, measured on the run's domains at the coarse prefix.
     beam = shortlist["coarse_beam"]
     assert (beam["dim"], beam["documents"], beam["queries"]) == (64, 600, 120)
-    assert set(beam["choices"]) == {"flat", "sq8", "sq4", "tq4"}
+    assert set(beam["choices"]) == {"flat", "sq8", "sq8u", "sq4", "tq4"}
     assert 0 < beam["exact_precision"] <= 1
     assert manifest.onnx_max_abs_diff < 1e-3
     assert [level.name for level in manifest.hierarchy] == ["domain", "intent"]
