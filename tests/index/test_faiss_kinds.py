@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from index.faiss_indexes import (
+    SQ_QUANTIZERS,
     ExactIndex,
     HnswIndex,
     HnswParams,
@@ -158,6 +159,8 @@ def test_hnsw_sq_stores_floats_until_its_training_size_then_quantises(
     paths = trained.save(tmp_path / f"{storage}.faiss")
     loaded = read_index("hnsw", 64, paths[0], params, PqParams())
     assert loaded.stats()["trained"] and loaded.bytes_per_vector() == code_bytes
+    storage_index = faiss.downcast_index(faiss.downcast_index(loaded.faiss_index.index).storage)
+    assert storage_index.sq.qtype == SQ_QUANTIZERS[storage]  # the codes asked for, read back
     np.testing.assert_array_equal(loaded.search(queries, 10)[1], found)
 
 
