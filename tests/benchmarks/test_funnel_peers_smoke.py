@@ -47,6 +47,8 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
             assert max(row["recall_at_10"] for row in engine["sweep"]) >= 0.9, engine["engine"]
     markdown = (tmp_path / "funnel_peers_smoke.md").read_text(encoding="utf-8")
     assert "## At equal recall" in markdown and "`qdrant_int8 (huge pages on)`" in markdown
+    first = report["engines"][0]["sweep"][0]
+    assert f"| {first['recall_at_10']:.4f} | {first['p50_us']:.0f} |" in markdown
 
 
 def test_an_engine_is_represented_by_its_fastest_setting_reaching_each_floor() -> None:
