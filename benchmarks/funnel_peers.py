@@ -136,10 +136,10 @@ class Settings:
         "huge pages, as the service does), or off,on (both, alternately)",
     )
     repeats: int = option(1, "measuring processes per engine and huge-page setting")
-    qdrant_threshold_kb: int | None = option(
-        None,
+    qdrant_threshold_kb: int = option(
+        10_000,
         "Qdrant's indexing and full-scan thresholds: a segment whose vectors take fewer KB gets "
-        "no graph and is searched exactly (default: Qdrant's own, 10,000 KB for the search)",
+        "no graph and is searched exactly (10,000 is Qdrant's default full-scan threshold)",
     )
 
 
