@@ -93,12 +93,10 @@ ENGINES = (
     "qdrant_int8",
 )
 FLOORS = (0.95, 0.97, 0.99)
-QDRANT_FULL_SCAN_KB = 10_000
 GRAPH_FILES = {"qdrant_int8": "qdrant/segments/*/vector_index-*/links*.bin"}
 """Per engine that maps its graph from a file rather than holding it in anonymous memory, the
 pattern of those files under its folder: the graph must stay resident wherever it lives, so
 their size counts as resident memory (every other engine's graph is in its anonymous memory)."""
-"""Qdrant's default: a segment whose vectors take less is searched exactly, not by its graph."""
 TARGET_P50_RATIO = 0.8
 """Fractal's p50 at each floor must be at most this times the fastest peer's."""
 HUGE_PAGES = ("off", "on")
