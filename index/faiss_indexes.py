@@ -214,6 +214,11 @@ class VectorIndex:
         self._nbytes: tuple[int, int] | None = None
 
     @property
+    def version(self) -> int:
+        """Bumped by every change (an add, a removal)."""
+        return self._version
+
+    @property
     def faiss_index(self) -> faiss.Index:
         """The ID-mapped FAISS index itself (its ids are row ids), for native pipelines that
         search it (:mod:`index.funnel`); not to be changed through this."""
@@ -357,6 +362,7 @@ class HnswIndex(VectorIndex):
         self._node_bitmaps: dict[int, tuple[RowSet, int, np.ndarray]] = {}
         self._node_bitmaps_lock = threading.Lock()
         self._sorted_rows_kept: tuple[np.ndarray, np.ndarray] | None = None
+        self._live_nodes: tuple[int, np.ndarray] | None = None
         self._shared_parameters: dict[int, faiss.SearchParameters] = {}
         self.ordered = ordered
 
@@ -401,7 +407,7 @@ class HnswIndex(VectorIndex):
         per efSearch is kept and shared until the tombstones change: treat it as read-only.
         ``allowed`` needs no tombstone test: a filter's rows are present in the store, and a
         removed row never comes back (row ids are not reused)."""
-        ef = self.params.ef_search if ef_search is None else ef_search
+        ef = self.walk_ef(ef_search)
         if allowed is None:
             shared = self._shared_parameters.get(ef)
             if shared is None:
@@ -413,6 +419,27 @@ class HnswIndex(VectorIndex):
         search_params = self._walk_parameters(ef)
         search_params.sel = allowed.selector()
         return search_params
+
+    def walk_ef(self, ef_search: int | None = None) -> int:
+        """A walk's efSearch: ``ef_search``, or the params' default."""
+        return self.params.ef_search if ef_search is None else ef_search
+
+    def returnable_nodes(self, allowed: RowSet | None = None) -> np.ndarray | None:
+        """A bitmap over the graph's nodes (bit ``v`` of byte ``v // 8``, least significant
+        first) of those a walk may return: the nodes of ``allowed``'s rows (as
+        :meth:`search_filtered` walks), else the live ones, None without tombstones. Both are
+        kept until the graph changes; see :meth:`search_parameters` for why ``allowed`` needs
+        no tombstone test."""
+        if allowed is not None:
+            return self._node_bitmap(allowed)
+        if not self._deleted:
+            return None
+        cached = self._live_nodes
+        if cached is None or cached[0] != self._version:
+            live = ~np.isin(self._node_ids(), self.deleted_ids())
+            cached = (self._version, np.packbits(live, bitorder="little"))
+            self._live_nodes = cached  # concurrent readers may both make it: either does
+        return cached[1]
 
     @staticmethod
     def _walk_parameters(ef_search: int) -> faiss.SearchParameters:
@@ -436,9 +463,7 @@ class HnswIndex(VectorIndex):
         so the selector is a bitmap over the graph's own node numbers instead, made once per
         filter and graph state (:meth:`_node_bitmap`), and the graph is searched directly."""
         bitmap = self._node_bitmap(allowed)
-        search_params = self._walk_parameters(
-            self.params.ef_search if ef_search is None else ef_search
-        )  # its own: the selector is set on it
+        search_params = self._walk_parameters(self.walk_ef(ef_search))  # its own: a selector
         search_params.sel = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg,arg-type]
         scores, nodes = self._index.index.search(queries, k, params=search_params)
         return scores, np.where(nodes >= 0, self._node_ids()[np.maximum(nodes, 0)], -1)

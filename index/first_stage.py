@@ -27,7 +27,7 @@ from typing import Any, cast
 import faiss
 import numpy as np
 
-from index.faiss_indexes import SQ_QUANTIZERS, HnswParams
+from index.faiss_indexes import SQ_QUANTIZERS, HnswIndex, HnswParams
 from index.funnel import Funnel
 from index.graph_order import reordered
 
@@ -181,14 +181,12 @@ def _sweep(
     points = []
     for ef in ef_values:
         for factor in factors:
-            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not stubbed
-            params.efSearch = ef
-            _, found = funnel.search(queries, K, K * factor, params)
+            _, found = funnel.search(queries, K, K * factor, ef)
             hits = (found[:, :, None] == truth[:, None, :]).any(axis=2).sum()
             seconds = []
             for query in queries[:timed]:
                 started = time.perf_counter()
-                funnel.search(query[None, :], K, K * factor, params)
+                funnel.search(query[None, :], K, K * factor, ef)
                 seconds.append(time.perf_counter() - started)
             p50, p99 = np.percentile(seconds, [50, 99]) * 1e6
             recall = float(hits) / truth.size
@@ -249,7 +247,8 @@ def measure_first_stage(
                 for m in degrees:
                     candidate = Candidate(int(dim), storage, int(m))
                     graph = _graph(corpus, candidate)
-                    funnel = Funnel(graph, candidate.dim, refine)
+                    params = HnswParams(m=candidate.m, storage=candidate.storage)
+                    funnel = Funnel(HnswIndex(candidate.dim, params, graph), candidate.dim, refine)
                     points += _sweep(
                         funnel,
                         candidate,

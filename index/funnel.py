@@ -1,7 +1,14 @@
-"""The C2F funnel as one native call: a shortlist from a prefix index, re-ranked exactly at the
-full dimension, inside FAISS.
+"""The C2F funnel in one native call per query batch: a shortlist from a prefix index,
+re-ranked exactly at the full dimension.
 
-The chain is FAISS's own ``IndexRefine``, behind an ``IndexPreTransform`` that normalises the full
+Two native paths do this, with the same answers up to rounding:
+
+- for an HNSW graph of 8-bit codes (``sq8``, ``sq8u``: the fine route's storages), Fractal's
+  own walk and re-rank (:mod:`index.native_funnel`), which overlaps the walk's memory loads;
+- for every other prefix index, and where that extension is not built, FAISS's own
+  ``IndexRefine``.
+
+The FAISS chain is ``IndexRefine`` behind an ``IndexPreTransform`` that normalises the full
 query (``NormalizationTransform``; a zero query stays zero), so a caller passes queries as given:
 
 - its base is the prefix index (an ID-mapped graph or flat or PQ index, whose ids are row ids)
@@ -18,28 +25,39 @@ vectors; here they do not (the file has a slot per row id, removed and unwritten
 included), so it is made over the base twice and the refine index is set after. Search
 parameters reach the base's own index (through a ``SearchParametersPreTransform`` on each side
 of the refine), so an HNSW walk's efSearch and its selector (tombstones, a filter's rows) apply
-inside the walk, and the re-rank only sees rows the walk kept.
+inside the walk, and the re-rank only sees rows the walk kept. The native path takes the same
+rows as a bitmap over the graph's nodes (:meth:`index.faiss_indexes.HnswIndex.returnable_nodes`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import faiss
 import numpy as np
+
+from index.faiss_indexes import HnswIndex, VectorIndex
+from index.native_funnel import native_graph
+from index.rowset import RowSet
 
 MAX_SHARED_PARAMETERS = 64
 """Parameter sets kept for reuse (one per shortlist factor and efSearch in use)."""
 
 
 class Funnel:
-    """``IndexRefine`` over one prefix index and the full-vector file (see the module
-    docstring). Holds references to both: FAISS keeps raw pointers to them."""
+    """The funnel over one prefix index and the full-vector file (see the module docstring).
+    Holds references to both: FAISS and the native view keep raw pointers to them."""
 
-    def __init__(self, base: faiss.Index, prefix_dim: int, refine: faiss.Index) -> None:
+    def __init__(
+        self, base: VectorIndex, prefix_dim: int, refine: faiss.Index, native: bool = True
+    ) -> None:
+        """``native``: use the native walk where it serves the base (False: FAISS always, for
+        comparing the two)."""
         self.base = base
         self.refine = refine
         first = faiss.RemapDimensionsTransform(refine.d, prefix_dim, False)  # type: ignore[arg-type]
         self._transforms = (first, faiss.NormalizationTransform(prefix_dim, 2.0))
-        self._chain = faiss.IndexPreTransform(base)
+        self._chain = faiss.IndexPreTransform(base.faiss_index)
         for transform in reversed(self._transforms):  # False: the first values, not spread out
             self._chain.prepend_transform(transform)
         self._refined = faiss.IndexRefine(self._chain, self._chain)
@@ -49,25 +67,51 @@ class Funnel:
         self._unit = faiss.NormalizationTransform(refine.d, 2.0)
         self._index = faiss.IndexPreTransform(self._unit, self._refined)
         self._shared: dict[tuple[float, int | None], tuple[faiss.SearchParameters, object]] = {}
+        self._native: tuple[int, Any] | None = None if native else (-1, None)
+
+    @property
+    def native(self) -> bool:
+        """Whether searches run the native walk and re-rank (:mod:`index.native_funnel`)."""
+        return self._native_graph() is not None
 
     def search(
         self,
         queries: np.ndarray,
         k: int,
         shortlist: int,
-        base_params: faiss.SearchParameters | None,
-        shared: bool = True,
+        ef_search: int | None = None,
+        allowed: RowSet | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The best ``k`` rows by full-dimension inner product among each query's ``shortlist``
         (at least ``k``) from the base index, and their scores, ``(n, k)`` each, best first, -1
-        where fewer were found. ``queries`` are full vectors of any norm (float32, C-contiguous:
-        normalised inside the call, about 10 µs less than in numpy); ``base_params`` are the base
-        index's own search parameters (None: its defaults), ``shared`` when they are the object
-        that index keeps for every search (not made for this call, as a filter's are)."""
+        (and -inf) where fewer were found. ``queries`` are full vectors of any norm (float32,
+        C-contiguous: normalised inside the call, about 10 µs less than in numpy).
+        ``ef_search`` is a graph walk's efSearch (None: the index's default); with ``allowed``
+        only those rows are returned (a graph base only), else every live row."""
+        graph = self._native_graph()
+        if graph is not None:
+            assert isinstance(self.base, HnswIndex)
+            scores = np.empty((len(queries), k), dtype=np.float32)
+            rows = np.empty((len(queries), k), dtype=np.int64)
+            nodes = self.base.returnable_nodes(allowed)
+            graph.search(queries, k, shortlist, self.base.walk_ef(ef_search), nodes, scores, rows)
+            return scores, rows
         k_factor = (shortlist + 0.5) / k  # FAISS truncates k * k_factor to the shortlist
-        return self._index.search(
-            queries, k, params=self._parameters(k_factor, base_params, shared)
+        params = self._parameters(
+            k_factor, self.base.search_parameters(ef_search, allowed), allowed is None
         )
+        return self._index.search(queries, k, params=params)
+
+    def _native_graph(self) -> Any | None:
+        """The native view of the base graph and the rows (None where FAISS searches),
+        remade after the graph changes (an add may have moved its arrays)."""
+        native, version = self._native, self.base.version
+        if native is not None and native[0] == -1:
+            return None
+        if native is None or native[0] != version:
+            native = (version, native_graph(self.base.faiss_index, self.refine))
+            self._native = native  # concurrent readers may both make one: either does
+        return native[1]
 
     def _parameters(
         self, k_factor: float, base_params: faiss.SearchParameters | None, shared: bool

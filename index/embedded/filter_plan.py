@@ -124,8 +124,7 @@ class FilterPlanning(CollectionState):
 
     def _walk_ef(self, index: HnswIndex, ef_search: int | None, allowed: RowSet) -> int:
         """The efSearch of a graph walk among ``allowed`` (see :class:`FilterParams`)."""
-        base = index.params.ef_search if ef_search is None else ef_search
-        return self.filters.hnsw_ef(base, max(self._count, 1), len(allowed))
+        return self.filters.hnsw_ef(index.walk_ef(ef_search), max(self._count, 1), len(allowed))
 
     def _fill_short(
         self,
@@ -188,8 +187,7 @@ class FilterPlanning(CollectionState):
         index = self._indexes[spec.name]
         assert isinstance(index, HnswIndex)
         ef = self._walk_ef(index, ef_search, allowed)
-        params = index.search_parameters(ef, allowed)
-        scores, rows = self._funnel(spec).search(full, k, shortlist, params, False)
+        scores, rows = self._funnel(spec).search(full, k, shortlist, ef, allowed)
         short = self._fill_short(full, (scores, rows), k, allowed, None)
         filtering.update({"mode": index.filter_mode, "ef_search": ef, "fallback": short})
         return scores, rows

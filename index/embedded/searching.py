@@ -181,8 +181,7 @@ class Searching(FilterPlanning):
             index = self._indexes[spec.name]
             started = time.perf_counter()
             if allowed is None:
-                params = index.search_parameters(ef_search)
-                scores, rows = self._funnel(spec).search(full, k, shortlist, params)
+                scores, rows = self._funnel(spec).search(full, k, shortlist, ef_search)
                 timings["funnel"] = time.perf_counter() - started
             elif len(allowed) <= self.filters.exact_subset_rows(self._count):
                 # Few matches: score them all at the full dimension; nothing to re-rank.

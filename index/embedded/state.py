@@ -110,7 +110,7 @@ class CollectionState:
     def _funnel(self, spec: IndexSpec) -> Funnel:
         """The funnel from ``spec``'s index to the full vectors (the vector file is mapped:
         called with rows present, under the read lock)."""
-        index, refine = self._indexes[spec.name].faiss_index, self._vectors.refine
+        index, refine = self._indexes[spec.name], self._vectors.refine
         assert refine is not None
         funnel = self._funnels.get(spec.name)
         if funnel is None or funnel.base is not index or funnel.refine is not refine:

@@ -1,5 +1,6 @@
-"""The native C2F funnel: one FAISS call that shortlists at a prefix and re-ranks at the full
-dimension against the memory-mapped vector file, by row id, with gaps and filters."""
+"""The native C2F funnel: one call that shortlists at a prefix and re-ranks at the full
+dimension against the memory-mapped vector file, by row id, with gaps and filters, through FAISS
+and through Fractal's own walk (the same answers)."""
 
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def test_the_funnel_re_ranks_the_prefix_shortlist_at_the_full_dimension(
     exact = ExactIndex(PREFIX)
     exact.add(rows, prefix_unit(vectors, PREFIX))
     assert file.refine is not None
-    funnel = Funnel(exact.faiss_index, PREFIX, file.refine)
+    funnel = Funnel(exact, PREFIX, file.refine)
     queries = unit_rows(rng.standard_normal((8, DIM)).astype(np.float32))
-    scores, found = funnel.search(queries, K, 4 * K, None)
+    scores, found = funnel.search(queries, K, 4 * K)
     _, shortlist = exact.search(prefix_unit(queries, PREFIX), 4 * K)
     assert found.tolist() == _expected(queries, shortlist, rows, vectors)
     by_row = dict(zip(rows.tolist(), vectors, strict=True))
@@ -78,15 +79,15 @@ def test_the_funnel_normalises_queries_itself_and_a_zero_query_scores_zero(
     exact = ExactIndex(PREFIX)
     exact.add(rows, prefix_unit(vectors, PREFIX))
     assert file.refine is not None
-    funnel = Funnel(exact.faiss_index, PREFIX, file.refine)
+    funnel = Funnel(exact, PREFIX, file.refine)
     unit = unit_rows(rng.standard_normal((6, DIM)).astype(np.float32))
     lengths = np.array([[0.01], [0.5], [1.0], [3.0], [40.0], [1e4]], dtype=np.float32)
-    unit_scores, unit_found = funnel.search(unit, K, 4 * K, None)
-    scores, found = funnel.search(np.ascontiguousarray(unit * lengths), K, 4 * K, None)
+    unit_scores, unit_found = funnel.search(unit, K, 4 * K)
+    scores, found = funnel.search(np.ascontiguousarray(unit * lengths), K, 4 * K)
     assert found.tolist() == unit_found.tolist()
     np.testing.assert_allclose(scores, unit_scores, atol=1e-5)  # cosines, not scaled
     assert np.abs(scores).max() <= 1 + 1e-5
-    zero_scores, zero_found = funnel.search(np.zeros((1, DIM), np.float32), K, 4 * K, None)
+    zero_scores, zero_found = funnel.search(np.zeros((1, DIM), np.float32), K, 4 * K)
     assert (zero_found >= 0).all() and not zero_scores.any()
 
 
@@ -100,12 +101,12 @@ def test_the_funnel_walks_a_graph_with_a_selector_and_skips_tombstones(
     removed = rows[:50]
     graph.remove(removed)
     assert file.refine is not None
-    funnel = Funnel(graph.faiss_index, PREFIX, file.refine)
+    funnel = Funnel(graph, PREFIX, file.refine)
     queries = unit_rows(rng.standard_normal((10, DIM)).astype(np.float32))
-    _, found = funnel.search(queries, K, 4 * K, graph.search_parameters(64))
+    _, found = funnel.search(queries, K, 4 * K, 64)
     assert (found >= 0).all() and not np.isin(found, removed).any()
     allowed = RowSet(rows[rows % 2 == 0])
-    _, filtered = funnel.search(queries, K, 4 * K, graph.search_parameters(64, allowed))
+    _, filtered = funnel.search(queries, K, 4 * K, 64, allowed)
     assert (filtered >= 0).all() and (filtered % 2 == 0).all()
 
 
@@ -121,22 +122,20 @@ def test_one_parameter_object_serves_concurrent_searches_until_the_tombstones_ch
     assert graph.search_parameters(64) is params
     graph.add(rows[-100:], prefix_unit(vectors[-100:], PREFIX))  # after the selector was made
     assert file.refine is not None
-    funnel = Funnel(graph.faiss_index, PREFIX, file.refine)
+    funnel = Funnel(graph, PREFIX, file.refine)
     queries = vectors[-100:]  # each finds its own row, added after the selector
-    expected = [funnel.search(query[None, :], K, 4 * K, params)[1] for query in queries]
+    expected = [funnel.search(query[None, :], K, 4 * K, 64)[1] for query in queries]
     assert [int(found[0, 0]) for found in expected] == rows[-100:].tolist()
 
     def search_all(_: int) -> list[np.ndarray]:
-        return [
-            funnel.search(q[None, :], K, 4 * K, graph.search_parameters(64))[1] for q in queries
-        ]
+        return [funnel.search(q[None, :], K, 4 * K, 64)[1] for q in queries]
 
     with ThreadPoolExecutor(4) as pool:
         for answers in pool.map(search_all, range(8)):
             assert all((a == e).all() for a, e in zip(answers, expected, strict=True))
     graph.remove(rows[-100:-50])
     assert graph.search_parameters(64) is not params
-    _, found = funnel.search(queries, K, 4 * K, graph.search_parameters(64))
+    _, found = funnel.search(queries, K, 4 * K, 64)
     assert not np.isin(found, rows[:50]).any() and not np.isin(found, rows[-100:-50]).any()
     assert found[50:, 0].tolist() == rows[-50:].tolist()
 

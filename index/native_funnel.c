@@ -1,0 +1,803 @@
+/* The C2F funnel in one native call per query batch: walk an HNSW graph of 8-bit codes at a
+ * prefix, then re-rank its shortlist exactly at the full dimension from the row matrix.
+ *
+ * The walk is FAISS's own (HNSW::search with a bounded queue, as in 1.15): a greedy descent
+ * through the upper levels, then at level 0 a beam of max(efSearch, shortlist) nodes, expanded
+ * best first, with a node returned only when its bit is set in `allowed` (every node without
+ * one). It reads FAISS's arrays in place. It differs in how it waits on memory: before it scores
+ * a node's neighbours it asks for every unvisited neighbour's code (prefetch), so those loads
+ * overlap instead of following one another, and it folds the 8-bit decode into the query once
+ * per search (code c at coordinate i stands for vmin_i + (c + 0.5) * vdiff_i / 255, so a
+ * score is a constant plus the sum of c_i * q_i * vdiff_i / 255).
+ *
+ * The re-rank prefetches the shortlist's rows (float16 or float32, one per row id) and scores
+ * them by inner product with the unit query; the k best are written to the caller's arrays.
+ *
+ * Everything after the arguments are read runs without the GIL. Kernels: AVX-512, AVX2 with
+ * FMA and F16C, or portable C, chosen once from the CPU that runs it. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FUNNEL_X86 1
+#endif
+
+#define MAX_LEVELS 64
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+typedef float (*code_dot_fn)(const uint8_t *code, const float *weights, int dim);
+typedef float (*row_dot_fn)(const void *row, const float *query, int dim);
+
+static float half_to_float(uint16_t half) {
+    uint32_t exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ff;
+    float value;
+    if (exponent == 0)
+        value = ldexpf((float)mantissa, -24);
+    else if (exponent == 31)
+        value = mantissa ? NAN : INFINITY;
+    else
+        value = ldexpf((float)(mantissa | 0x400), (int)exponent - 25);
+    return (half & 0x8000) ? -value : value;
+}
+
+static float code_dot_portable(const uint8_t *code, const float *weights, int dim) {
+    float sums[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= dim; i += 4)
+        for (int j = 0; j < 4; j++) sums[j] += weights[i + j] * (float)code[i + j];
+    for (; i < dim; i++) sums[0] += weights[i] * (float)code[i];
+    return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
+static float half_dot_portable(const void *row, const float *query, int dim) {
+    const uint16_t *halves = row;
+    float sum = 0;
+    for (int i = 0; i < dim; i++) sum += half_to_float(halves[i]) * query[i];
+    return sum;
+}
+
+static float float_dot_portable(const void *row, const float *query, int dim) {
+    const float *values = row;
+    float sums[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= dim; i += 4)
+        for (int j = 0; j < 4; j++) sums[j] += values[i + j] * query[i + j];
+    for (; i < dim; i++) sums[0] += values[i] * query[i];
+    return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
+#ifdef FUNNEL_X86
+__attribute__((target("avx2,fma"))) static float sum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static float code_dot_avx2(const uint8_t *code,
+                                                              const float *weights, int dim) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)(code + i));
+        __m256 low = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+        __m256 high = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+        a = _mm256_fmadd_ps(low, _mm256_loadu_ps(weights + i), a);
+        b = _mm256_fmadd_ps(high, _mm256_loadu_ps(weights + i + 8), b);
+    }
+    float sum = sum256(_mm256_add_ps(a, b));
+    for (; i < dim; i++) sum += weights[i] * (float)code[i];
+    return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float half_dot_avx2(const void *row,
+                                                                   const float *query, int dim) {
+    const uint16_t *halves = row;
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        __m256 low = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(halves + i)));
+        __m256 high = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(halves + i + 8)));
+        a = _mm256_fmadd_ps(low, _mm256_loadu_ps(query + i), a);
+        b = _mm256_fmadd_ps(high, _mm256_loadu_ps(query + i + 8), b);
+    }
+    float sum = sum256(_mm256_add_ps(a, b));
+    for (; i < dim; i++) sum += half_to_float(halves[i]) * query[i];
+    return sum;
+}
+
+__attribute__((target("avx2,fma"))) static float float_dot_avx2(const void *row,
+                                                               const float *query, int dim) {
+    const float *values = row;
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(values + i), _mm256_loadu_ps(query + i), a);
+        b = _mm256_fmadd_ps(_mm256_loadu_ps(values + i + 8), _mm256_loadu_ps(query + i + 8), b);
+    }
+    float sum = sum256(_mm256_add_ps(a, b));
+    for (; i < dim; i++) sum += values[i] * query[i];
+    return sum;
+}
+
+__attribute__((target("avx512f"))) static float code_dot_avx512(const uint8_t *code,
+                                                                const float *weights, int dim) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        __m128i low = _mm_loadu_si128((const __m128i *)(code + i));
+        __m128i high = _mm_loadu_si128((const __m128i *)(code + i + 16));
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(low)),
+                            _mm512_loadu_ps(weights + i), a);
+        b = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(high)),
+                            _mm512_loadu_ps(weights + i + 16), b);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+    for (; i < dim; i++) sum += weights[i] * (float)code[i];
+    return sum;
+}
+
+__attribute__((target("avx512f"))) static float half_dot_avx512(const void *row,
+                                                                const float *query, int dim) {
+    const uint16_t *halves = row;
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        __m512 low = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(halves + i)));
+        __m512 high = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(halves + i + 16)));
+        a = _mm512_fmadd_ps(low, _mm512_loadu_ps(query + i), a);
+        b = _mm512_fmadd_ps(high, _mm512_loadu_ps(query + i + 16), b);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+    for (; i < dim; i++) sum += half_to_float(halves[i]) * query[i];
+    return sum;
+}
+
+__attribute__((target("avx512f"))) static float float_dot_avx512(const void *row,
+                                                                 const float *query, int dim) {
+    const float *values = row;
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(values + i), _mm512_loadu_ps(query + i), a);
+        b = _mm512_fmadd_ps(_mm512_loadu_ps(values + i + 16), _mm512_loadu_ps(query + i + 16), b);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+    for (; i < dim; i++) sum += values[i] * query[i];
+    return sum;
+}
+#endif
+
+typedef struct {
+    const char *name;
+    code_dot_fn code_dot;
+    row_dot_fn half_dot;
+    row_dot_fn float_dot;
+} Kernels;
+
+static const Kernels PORTABLE = {"portable", code_dot_portable, half_dot_portable,
+                                 float_dot_portable};
+#ifdef FUNNEL_X86
+static const Kernels AVX2 = {"avx2", code_dot_avx2, half_dot_avx2, float_dot_avx2};
+static const Kernels AVX512 = {"avx512", code_dot_avx512, half_dot_avx512, float_dot_avx512};
+#endif
+
+static const Kernels *best_kernels(void) {
+#ifdef FUNNEL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return &AVX2;
+#endif
+    return &PORTABLE;
+}
+
+static const Kernels *kernels = &PORTABLE;
+
+static void prefetch_bytes(const void *start, size_t bytes) {
+    const char *p = start;
+    for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 3);
+}
+
+/* ---- the walk's heaps ------------------------------------------------------------------------ */
+
+/* A max-heap on distance (the worst on top) of at most `capacity` entries. */
+typedef struct {
+    float *dis;
+    int32_t *ids;
+    int size, capacity;
+} MaxHeap;
+
+static void heap_push(MaxHeap *h, float dis, int32_t id) {
+    int i = h->size++;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (h->dis[parent] >= dis) break;
+        h->dis[i] = h->dis[parent];
+        h->ids[i] = h->ids[parent];
+        i = parent;
+    }
+    h->dis[i] = dis;
+    h->ids[i] = id;
+}
+
+static void heap_pop(MaxHeap *h) {
+    float dis = h->dis[--h->size];
+    int32_t id = h->ids[h->size];
+    int i = 0, n = h->size;
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && h->dis[child + 1] > h->dis[child]) child++;
+        if (h->dis[child] <= dis) break;
+        h->dis[i] = h->dis[child];
+        h->ids[i] = h->ids[child];
+        i = child;
+    }
+    if (n) {
+        h->dis[i] = dis;
+        h->ids[i] = id;
+    }
+}
+
+/* FAISS's MinimaxHeap: the beam, a max-heap of the best `capacity` nodes seen; an expanded
+ * node keeps its slot with id -1, so `valid` counts those still to expand. */
+typedef struct {
+    MaxHeap heap;
+    int valid;
+} Beam;
+
+static void beam_push(Beam *b, int32_t id, float dis) {
+    if (b->heap.size == b->heap.capacity) {
+        if (dis >= b->heap.dis[0]) return;
+        if (b->heap.ids[0] != -1) b->valid--;
+        heap_pop(&b->heap);
+    }
+    heap_push(&b->heap, dis, id);
+    b->valid++;
+}
+
+static int32_t beam_pop_min(Beam *b, float *dis_out) {
+    int best = -1;
+    float best_dis = INFINITY;
+    for (int i = b->heap.size - 1; i >= 0; i--) {
+        if (b->heap.ids[i] != -1 && (best < 0 || b->heap.dis[i] < best_dis)) {
+            best = i;
+            best_dis = b->heap.dis[i];
+        }
+    }
+    if (best < 0) return -1;
+    int32_t id = b->heap.ids[best];
+    b->heap.ids[best] = -1;
+    b->valid--;
+    *dis_out = best_dis;
+    return id;
+}
+
+static int beam_count_below(const Beam *b, float threshold) {
+    int count = 0;
+    for (int i = 0; i < b->heap.size; i++) count += b->heap.dis[i] < threshold;
+    return count;
+}
+
+/* ---- the graph ------------------------------------------------------------------------------- */
+
+/* A visited table: node v is visited when marks[v] == mark. Kept in a pool per graph. */
+typedef struct Visited {
+    uint8_t *marks;
+    uint8_t mark;
+    struct Visited *next;
+} Visited;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer buffers[7]; /* neighbors, offsets, codes, vmin, vdiff, ids, rows */
+    int held;
+    const int32_t *neighbors;
+    const uint64_t *offsets;
+    const uint8_t *codes;
+    const float *vmin, *vdiff;
+    const int64_t *ids;
+    const char *rows;
+    int64_t nodes, row_count, neighbor_count;
+    int32_t entry_point;
+    int max_level, prefix_dim, dim, row_bytes, half;
+    int cum[MAX_LEVELS + 1];
+    Visited *pool;
+    pthread_mutex_t pool_lock;
+} Graph;
+
+static int take_buffer(Graph *self, PyObject *source, const char *name, Py_ssize_t itemsize,
+                       const char *formats) {
+    Py_buffer *view = &self->buffers[self->held];
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    self->held++;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (view->itemsize != itemsize || strchr(formats, format[0]) == NULL || format[1]) {
+        PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes (%s), got '%s'", name,
+                     itemsize, formats, view->format ? view->format : "B");
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t items(const Graph *self, int which) {
+    return self->buffers[which].len / self->buffers[which].itemsize;
+}
+
+static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"neighbors", "offsets", "levels", "entry_point", "max_level",
+                               "codes", "vmin", "vdiff", "ids", "rows", NULL};
+    PyObject *neighbors, *offsets, *levels, *codes, *vmin, *vdiff, *ids, *rows;
+    int entry_point, max_level;
+    if (self->held) {
+        PyErr_SetString(PyExc_RuntimeError, "a Graph is made once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOiiOOOOO", keywords, &neighbors, &offsets,
+                                     &levels, &entry_point, &max_level, &codes, &vmin, &vdiff,
+                                     &ids, &rows))
+        return -1;
+    if (take_buffer(self, neighbors, "neighbors", 4, "iil") < 0 ||
+        take_buffer(self, offsets, "offsets", 8, "QLK") < 0 ||
+        take_buffer(self, codes, "codes", 1, "BbcX") < 0 ||
+        take_buffer(self, vmin, "vmin", 4, "f") < 0 ||
+        take_buffer(self, vdiff, "vdiff", 4, "f") < 0 ||
+        take_buffer(self, ids, "ids", 8, "qlL") < 0)
+        return -1;
+    Py_buffer *matrix = &self->buffers[self->held];
+    if (PyObject_GetBuffer(rows, matrix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0)
+        return -1;
+    self->held++;
+    const char *format = matrix->format ? matrix->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (matrix->ndim != 2 || !((matrix->itemsize == 2 && format[0] == 'e') ||
+                               (matrix->itemsize == 4 && format[0] == 'f'))) {
+        PyErr_SetString(PyExc_TypeError, "rows: expected a 2-d float16 or float32 matrix");
+        return -1;
+    }
+    PyObject *level_list = PySequence_Fast(levels, "levels: expected a sequence of ints");
+    if (!level_list) return -1;
+    Py_ssize_t level_count = PySequence_Fast_GET_SIZE(level_list);
+    if (level_count < 2 || level_count > MAX_LEVELS + 1 || max_level < 0 ||
+        max_level + 2 > level_count) {
+        Py_DECREF(level_list);
+        PyErr_SetString(PyExc_ValueError, "levels: expected the cumulative neighbours per level");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < level_count; i++) {
+        long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(level_list, i));
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(level_list);
+            return -1;
+        }
+        self->cum[i] = (int)value;
+    }
+    Py_DECREF(level_list);
+
+    self->neighbors = self->buffers[0].buf;
+    self->offsets = self->buffers[1].buf;
+    self->codes = self->buffers[2].buf;
+    self->vmin = self->buffers[3].buf;
+    self->vdiff = self->buffers[4].buf;
+    self->ids = self->buffers[5].buf;
+    self->rows = matrix->buf;
+    self->nodes = items(self, 5);
+    self->neighbor_count = items(self, 0);
+    self->prefix_dim = (int)items(self, 3);
+    self->row_count = matrix->shape[0];
+    self->dim = (int)matrix->shape[1];
+    self->row_bytes = (int)(matrix->shape[1] * matrix->itemsize);
+    self->half = matrix->itemsize == 2;
+    self->entry_point = entry_point;
+    self->max_level = max_level;
+    if (items(self, 4) != self->prefix_dim || self->prefix_dim < 1 ||
+        self->prefix_dim > self->dim || items(self, 1) != self->nodes + 1 ||
+        items(self, 2) != self->nodes * self->prefix_dim ||
+        (self->nodes && (entry_point < 0 || entry_point >= self->nodes)) ||
+        (self->nodes && self->offsets[self->nodes] > (uint64_t)self->neighbor_count)) {
+        PyErr_SetString(PyExc_ValueError, "the graph's arrays do not agree in size");
+        return -1;
+    }
+    return 0;
+}
+
+static void Graph_dealloc(Graph *self) {
+    for (int i = 0; i < self->held; i++) PyBuffer_Release(&self->buffers[i]);
+    while (self->pool) {
+        Visited *next = self->pool->next;
+        free(self->pool->marks);
+        free(self->pool);
+        self->pool = next;
+    }
+    pthread_mutex_destroy(&self->pool_lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    Graph *self = (Graph *)type->tp_alloc(type, 0);
+    if (self) pthread_mutex_init(&self->pool_lock, NULL);
+    return (PyObject *)self;
+}
+
+static Visited *visited_take(Graph *g) {
+    pthread_mutex_lock(&g->pool_lock);
+    Visited *table = g->pool;
+    if (table) g->pool = table->next;
+    pthread_mutex_unlock(&g->pool_lock);
+    if (table) return table;
+    table = calloc(1, sizeof(Visited));
+    if (!table) return NULL;
+    table->marks = calloc((size_t)g->nodes + 1, 1);
+    if (!table->marks) {
+        free(table);
+        return NULL;
+    }
+    return table;
+}
+
+static void visited_give(Graph *g, Visited *table) {
+    pthread_mutex_lock(&g->pool_lock);
+    table->next = g->pool;
+    g->pool = table;
+    pthread_mutex_unlock(&g->pool_lock);
+}
+
+/* Per-call working memory, sized by the call's beam and shortlist. */
+typedef struct {
+    float *query, *weights, *beam_dis, *found_dis, *scores;
+    int32_t *beam_ids, *found_ids, *pending;
+    int64_t *found_rows;
+    int *order;
+} Work;
+
+typedef struct {
+    const Graph *g;
+    const float *weights;
+    float offset;
+} Scorer;
+
+static inline float distance(const Scorer *s, int32_t node) {
+    const Graph *g = s->g;
+    return -(s->offset +
+             kernels->code_dot(g->codes + (size_t)node * g->prefix_dim, s->weights, g->prefix_dim));
+}
+
+static inline void prefetch_code(const Graph *g, int32_t node) {
+    prefetch_bytes(g->codes + (size_t)node * g->prefix_dim, (size_t)g->prefix_dim);
+}
+
+static inline int is_allowed(const uint8_t *allowed, int32_t node) {
+    return !allowed || (allowed[node >> 3] >> (node & 7)) & 1;
+}
+
+/* The greedy descent through the upper levels from the entry point (FAISS's
+ * greedy_update_nearest), then the level-0 walk into `found` (at most `shortlist` nodes).
+ * Returns how many were found. */
+static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t *allowed,
+                int ef_search, int beam_size, int shortlist, Work *w) {
+    int32_t nearest = g->entry_point;
+    float nearest_dis = distance(s, nearest);
+    for (int level = g->max_level; level >= 1; level--) {
+        for (;;) {
+            int32_t previous = nearest;
+            uint64_t begin = g->offsets[nearest] + g->cum[level];
+            uint64_t end = g->offsets[nearest] + g->cum[level + 1];
+            for (uint64_t j = begin; j < end; j++) {
+                int32_t v = g->neighbors[j];
+                if (v < 0) break;
+                if (v < g->nodes) prefetch_code(g, v);
+            }
+            for (uint64_t j = begin; j < end; j++) {
+                int32_t v = g->neighbors[j];
+                if (v < 0) break;
+                if (v >= g->nodes) continue;
+                float d = distance(s, v);
+                if (d < nearest_dis) {
+                    nearest = v;
+                    nearest_dis = d;
+                }
+            }
+            if (nearest == previous) break;
+        }
+    }
+
+    if (++visited->mark == 0) {
+        memset(visited->marks, 0, (size_t)g->nodes);
+        visited->mark = 1;
+    }
+    uint8_t mark = visited->mark;
+    Beam beam = {{w->beam_dis, w->beam_ids, 0, beam_size}, 0};
+    MaxHeap found = {w->found_dis, w->found_ids, 0, shortlist};
+    beam_push(&beam, nearest, nearest_dis);
+    if (is_allowed(allowed, nearest)) heap_push(&found, nearest_dis, nearest);
+    visited->marks[nearest] = mark;
+
+    int degree = g->cum[1] - g->cum[0];
+    while (beam.valid > 0) {
+        float d0 = 0;
+        int32_t v0 = beam_pop_min(&beam, &d0);
+        if (beam_count_below(&beam, d0) >= ef_search) break;
+        const int32_t *around = g->neighbors + g->offsets[v0] + g->cum[0];
+        int count = 0;
+        for (int j = 0; j < degree; j++) {
+            int32_t v = around[j];
+            if (v < 0) break;
+            if (v < g->nodes) __builtin_prefetch(visited->marks + v, 0, 3);
+            count++;
+        }
+        int pending = 0;
+        for (int j = 0; j < count; j++) {
+            int32_t v = around[j];
+            if (v >= g->nodes || visited->marks[v] == mark) continue;
+            visited->marks[v] = mark;
+            prefetch_code(g, v);
+            w->pending[pending++] = v;
+        }
+        for (int j = 0; j < pending; j++) {
+            int32_t v = w->pending[j];
+            float d = distance(s, v);
+            if (is_allowed(allowed, v)) {
+                if (found.size < shortlist)
+                    heap_push(&found, d, v);
+                else if (d < found.dis[0]) {
+                    heap_pop(&found);
+                    heap_push(&found, d, v);
+                }
+            }
+            beam_push(&beam, v, d);
+        }
+    }
+    return found.size;
+}
+
+/* One query: normalise it, walk, re-rank, write the k best (row ids, scores) into out. */
+static void search_one(const Graph *g, const float *query, Visited *visited, const uint8_t *allowed,
+                       int k, int shortlist, int ef_search, Work *w, float *out_scores,
+                       int64_t *out_rows) {
+    double norm = 0;
+    for (int i = 0; i < g->dim; i++) norm += (double)query[i] * query[i];
+    float scale = norm > 0 ? (float)(1.0 / sqrt(norm)) : 0.0f;
+    for (int i = 0; i < g->dim; i++) w->query[i] = query[i] * scale;
+    double prefix_norm = 0;
+    for (int i = 0; i < g->prefix_dim; i++) prefix_norm += (double)w->query[i] * w->query[i];
+    float prefix_scale = prefix_norm > 0 ? (float)(1.0 / sqrt(prefix_norm)) : 0.0f;
+    float offset = 0;
+    for (int i = 0; i < g->prefix_dim; i++) {
+        float q = w->query[i] * prefix_scale, step = g->vdiff[i] / 255.0f;
+        w->weights[i] = q * step;
+        offset += q * (g->vmin[i] + 0.5f * step);
+    }
+    Scorer scorer = {g, w->weights, offset};
+    int beam_size = ef_search > shortlist ? ef_search : shortlist;
+    int found = g->nodes ? walk(g, &scorer, visited, allowed, ef_search, beam_size, shortlist, w)
+                         : 0;
+
+    int kept = 0;
+    for (int i = 0; i < found; i++) {
+        int64_t row = g->ids[w->found_ids[i]];
+        if (row < 0 || row >= g->row_count) continue;
+        prefetch_bytes(g->rows + (size_t)row * g->row_bytes, (size_t)g->row_bytes);
+        w->found_rows[kept++] = row;
+    }
+    row_dot_fn dot = g->half ? kernels->half_dot : kernels->float_dot;
+    for (int i = 0; i < kept; i++)
+        w->scores[i] = dot(g->rows + (size_t)w->found_rows[i] * g->row_bytes, w->query, g->dim);
+    /* The k best by partial selection (k and the shortlist are small). */
+    for (int i = 0; i < kept; i++) w->order[i] = i;
+    int best = k < kept ? k : kept;
+    for (int i = 0; i < best; i++) {
+        int top = i;
+        for (int j = i + 1; j < kept; j++) {
+            float a = w->scores[w->order[j]], b = w->scores[w->order[top]];
+            if (a > b || (a == b && w->found_rows[w->order[j]] < w->found_rows[w->order[top]]))
+                top = j;
+        }
+        int swap = w->order[i];
+        w->order[i] = w->order[top];
+        w->order[top] = swap;
+        out_scores[i] = w->scores[w->order[i]];
+        out_rows[i] = w->found_rows[w->order[i]];
+    }
+    for (int i = best; i < k; i++) {
+        out_scores[i] = -INFINITY;
+        out_rows[i] = -1;
+    }
+}
+
+static void work_free(Work *w) {
+    free(w->query);
+    free(w->weights);
+    free(w->beam_dis);
+    free(w->found_dis);
+    free(w->scores);
+    free(w->beam_ids);
+    free(w->found_ids);
+    free(w->pending);
+    free(w->found_rows);
+    free(w->order);
+}
+
+static int work_alloc(Work *w, const Graph *g, int beam_size, int shortlist) {
+    int degree = g->cum[1] - g->cum[0];
+    w->query = malloc(sizeof(float) * g->dim);
+    w->weights = malloc(sizeof(float) * g->prefix_dim);
+    w->beam_dis = malloc(sizeof(float) * beam_size);
+    w->beam_ids = malloc(sizeof(int32_t) * beam_size);
+    w->found_dis = malloc(sizeof(float) * shortlist);
+    w->found_ids = malloc(sizeof(int32_t) * shortlist);
+    w->scores = malloc(sizeof(float) * shortlist);
+    w->found_rows = malloc(sizeof(int64_t) * shortlist);
+    w->order = malloc(sizeof(int) * shortlist);
+    w->pending = malloc(sizeof(int32_t) * (degree > 0 ? degree : 1));
+    return w->query && w->weights && w->beam_dis && w->beam_ids && w->found_dis &&
+           w->found_ids && w->scores && w->found_rows && w->order && w->pending;
+}
+
+static int writable(PyObject *source, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count,
+                    const char *name) {
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return -1;
+    if (view->itemsize != itemsize || view->len != itemsize * count) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, count,
+                     itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Graph_search(Graph *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"queries", "k", "shortlist", "ef_search", "allowed", "scores",
+                               "rows", NULL};
+    PyObject *queries, *allowed, *scores, *rows;
+    int k, shortlist, ef_search;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OiiiOOO", keywords, &queries, &k, &shortlist,
+                                     &ef_search, &allowed, &scores, &rows))
+        return NULL;
+    if (k < 1 || shortlist < k || ef_search < 1) {
+        PyErr_SetString(PyExc_ValueError, "expected 1 <= k <= shortlist and ef_search >= 1");
+        return NULL;
+    }
+    Py_buffer query_view, allowed_view = {0}, score_view, row_view;
+    if (PyObject_GetBuffer(queries, &query_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    Py_ssize_t count = query_view.len / ((Py_ssize_t)sizeof(float) * self->dim);
+    if (query_view.itemsize != 4 || !query_view.format || strcmp(query_view.format, "f") != 0 ||
+        query_view.len != count * (Py_ssize_t)sizeof(float) * self->dim) {
+        PyBuffer_Release(&query_view);
+        PyErr_Format(PyExc_ValueError, "queries: expected float32 rows of %d values", self->dim);
+        return NULL;
+    }
+    if (writable(scores, &score_view, 4, count * k, "scores") < 0) {
+        PyBuffer_Release(&query_view);
+        return NULL;
+    }
+    if (writable(rows, &row_view, 8, count * k, "rows") < 0) {
+        PyBuffer_Release(&query_view);
+        PyBuffer_Release(&score_view);
+        return NULL;
+    }
+    int has_allowed = allowed != Py_None;
+    if (has_allowed &&
+        (PyObject_GetBuffer(allowed, &allowed_view, PyBUF_C_CONTIGUOUS) < 0 ||
+         allowed_view.len < (self->nodes + 7) / 8)) {
+        if (!PyErr_Occurred()) {
+            PyBuffer_Release(&allowed_view);
+            PyErr_SetString(PyExc_ValueError, "allowed: expected a bit for every node");
+        }
+        PyBuffer_Release(&query_view);
+        PyBuffer_Release(&score_view);
+        PyBuffer_Release(&row_view);
+        return NULL;
+    }
+
+    int beam_size = ef_search > shortlist ? ef_search : shortlist;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Work work = {0};
+    Visited *visited = self->nodes ? visited_take(self) : NULL;
+    if ((self->nodes && !visited) || !work_alloc(&work, self, beam_size, shortlist)) {
+        failed = 1;
+    } else {
+        const float *all = query_view.buf;
+        for (Py_ssize_t i = 0; i < count; i++)
+            search_one(self, all + i * self->dim, visited,
+                       has_allowed ? allowed_view.buf : NULL, k, shortlist, ef_search, &work,
+                       (float *)score_view.buf + i * k, (int64_t *)row_view.buf + i * k);
+    }
+    work_free(&work);
+    if (visited) visited_give(self, visited);
+    Py_END_ALLOW_THREADS
+
+    PyBuffer_Release(&query_view);
+    PyBuffer_Release(&score_view);
+    PyBuffer_Release(&row_view);
+    if (has_allowed) PyBuffer_Release(&allowed_view);
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Graph_methods[] = {
+    {"search", (PyCFunction)(void (*)(void))Graph_search, METH_VARARGS | METH_KEYWORDS,
+     "search(queries, k, shortlist, ef_search, allowed, scores, rows): the funnel for each "
+     "query (float32 rows of the full dimension, any norm), writing the k best row ids and "
+     "their inner products with the unit query into rows (int64) and scores (float32), best "
+     "first, -1 and -inf where fewer were found. allowed: None, or a bitmap over the graph's "
+     "nodes (bit v of byte v // 8, least significant first) of those that may be returned."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GraphType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "index._native_funnel.Graph",
+    .tp_doc = "Graph(neighbors, offsets, levels, entry_point, max_level, codes, vmin, vdiff, ids, "
+              "rows): a view of a FAISS HNSW graph of 8-bit codes (its arrays, read in place: "
+              "keep the graph alive and unchanged while this is used) and the full rows its "
+              "node ids (ids) point into.",
+    .tp_basicsize = sizeof(Graph),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Graph_new,
+    .tp_init = (initproc)Graph_init,
+    .tp_dealloc = (destructor)Graph_dealloc,
+    .tp_methods = Graph_methods,
+};
+
+static PyObject *use_kernels(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    const Kernels *chosen = NULL;
+    if (strcmp(name, "portable") == 0) chosen = &PORTABLE;
+    if (strcmp(name, "best") == 0) chosen = best_kernels();
+#ifdef FUNNEL_X86
+    if (strcmp(name, "avx2") == 0 && best_kernels() != &PORTABLE) chosen = &AVX2;
+    if (strcmp(name, "avx512") == 0 && best_kernels() == &AVX512) chosen = &AVX512;
+#endif
+    if (!chosen) {
+        PyErr_Format(PyExc_ValueError, "kernels %R: not available on this CPU", arg);
+        return NULL;
+    }
+    kernels = chosen;
+    return PyUnicode_FromString(kernels->name);
+}
+
+static PyObject *kernel_name(PyObject *module, PyObject *unused) {
+    return PyUnicode_FromString(kernels->name);
+}
+
+static PyMethodDef module_methods[] = {
+    {"kernels", kernel_name, METH_NOARGS, "The kernels in use: avx512, avx2 or portable."},
+    {"use_kernels", use_kernels, METH_O,
+     "use_kernels(name): use these kernels (best, avx512, avx2, portable) from now on, for "
+     "every graph; returns the name in use. For tests that compare them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "index._native_funnel",
+    "The C2F funnel (HNSW walk over 8-bit codes, exact re-rank) in one native call.", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native_funnel(void) {
+    kernels = best_kernels();
+    if (PyType_Ready(&GraphType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&GraphType);
+    if (PyModule_AddObject(m, "Graph", (PyObject *)&GraphType) < 0) {
+        Py_DECREF(&GraphType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

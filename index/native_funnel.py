@@ -1,0 +1,100 @@
+"""The C2F funnel's own native path: a view of an ID-mapped FAISS HNSW graph of 8-bit codes and
+of the full rows, searched by one C call per query batch (``index/native_funnel.c``).
+
+FAISS's HNSW walk asks memory for one neighbour's code at a time; at a million nodes nearly
+every one is a miss to DRAM, so the walk waits in turn on each. The C walk is FAISS's walk
+(the same beam, the same stopping rule, the same results up to rounding) that first asks for the
+codes of all of a node's unvisited neighbours and then scores them, so their loads overlap, and
+it folds the 8-bit decode into the query once per search. The re-rank reads the shortlist's
+rows in the same call (prefetched, float16 with F16C). No Python runs per query or candidate.
+
+It serves graphs that store ``sq8`` or ``sq8u`` codes (the service's fine-route storages) with
+inner product; :func:`native_graph` returns None for anything else (float32, 4-bit or
+TurboQuant codes, a flat or PQ index), and where the extension was not built (no C compiler at
+install), and the caller uses FAISS's ``IndexRefine`` instead.
+
+The view reads FAISS's arrays in place, so it is valid while the graph is unchanged: an add may
+move them, so a caller remakes it when the graph's node count changes, and never uses it while
+the graph is being written (the collection's read lock)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import faiss
+import numpy as np
+
+
+def _load() -> ModuleType | None:
+    try:
+        return importlib.import_module("index._native_funnel")
+    except ImportError:
+        return None
+
+
+_NATIVE = _load()
+
+_EIGHT_BIT = {
+    int(faiss.ScalarQuantizer.QT_8bit): False,  # one range per coordinate
+    int(faiss.ScalarQuantizer.QT_8bit_uniform): True,  # one range for all coordinates
+}
+"""The codes the C walk decodes, and whether their range is uniform."""
+
+
+def kernels() -> str | None:
+    """The native kernels in use (``avx512``, ``avx2`` or ``portable``, from the CPU), or None
+    where the extension is not built."""
+    return None if _NATIVE is None else str(_NATIVE.kernels())
+
+
+def rows_of(flat: faiss.Index) -> np.ndarray:
+    """The vectors of a flat index (``IndexFlat`` float32, or ``IndexScalarQuantizer`` float16)
+    as a read-only ``(ntotal, d)`` view of its codes, not a copy."""
+    code_size = flat.sa_code_size()  # the stored bytes of one vector
+    dtype = np.float16 if code_size == 2 * flat.d else np.float32
+    count = int(flat.ntotal)
+    if not count:
+        return np.zeros((0, flat.d), dtype=dtype)
+    codes: Any = flat.codes  # type: ignore[attr-defined]  # a flat index's code vector
+    raw = faiss.rev_swig_ptr(codes.data(), count * code_size)
+    matrix = raw.view(dtype).reshape(count, flat.d)
+    matrix.flags.writeable = False
+    return matrix
+
+
+def native_graph(base: faiss.Index, refine: faiss.Index) -> Any | None:
+    """A native view of ``base`` (an ID map over an inner-product ``IndexHNSWSQ`` of 8-bit
+    codes, whose ids are rows of ``refine``) and ``refine``'s rows, or None when the native
+    path does not serve them (see the module docstring)."""
+    if _NATIVE is None or not isinstance(base, faiss.IndexIDMap) or not base.ntotal:
+        return None
+    graph = faiss.downcast_index(base.index)
+    if not isinstance(graph, faiss.IndexHNSWSQ):
+        return None
+    storage: Any = faiss.downcast_index(graph.storage)
+    uniform = _EIGHT_BIT.get(int(storage.sq.qtype))
+    if uniform is None or graph.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return None
+    trained = faiss.vector_to_array(storage.sq.trained).astype(np.float32)
+    dim = graph.d
+    if uniform:
+        vmin, vdiff = np.full(dim, trained[0], np.float32), np.full(dim, trained[1], np.float32)
+    else:
+        vmin, vdiff = trained[:dim].copy(), trained[dim:].copy()
+    hnsw: Any = graph.hnsw  # the stubs lack HNSW's arrays
+    nodes = int(graph.ntotal)
+    id_map: Any = base.id_map
+    return _NATIVE.Graph(
+        neighbors=faiss.rev_swig_ptr(hnsw.neighbors.data(), hnsw.neighbors.size()),
+        offsets=faiss.rev_swig_ptr(hnsw.offsets.data(), nodes + 1),
+        levels=faiss.vector_to_array(hnsw.cum_nneighbor_per_level).tolist(),
+        entry_point=int(hnsw.entry_point),
+        max_level=int(hnsw.max_level),
+        codes=faiss.rev_swig_ptr(storage.codes.data(), nodes * dim),
+        vmin=vmin,
+        vdiff=vdiff,
+        ids=faiss.rev_swig_ptr(id_map.data(), nodes),
+        rows=rows_of(refine),
+    )

@@ -1,0 +1,171 @@
+"""Fractal's own funnel walk (index/native_funnel.c): the answers FAISS's ``IndexRefine`` gives
+over the same graph and file, with tombstones, filters and concurrent searches, on every kernel
+this CPU runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import native_funnel
+from index.embedded.vector_file import VectorFile
+from index.faiss_indexes import HnswIndex, HnswParams
+from index.funnel import Funnel
+from index.rowset import RowSet
+from index.vectors import prefix_unit, unit_rows
+
+DIM, PREFIX, K, SHORTLIST = 64, 32, 10, 40
+
+pytestmark = pytest.mark.skipif(
+    native_funnel.kernels() is None and not os.environ.get("CI"),
+    reason="the native funnel is not built here",
+)
+
+
+def test_the_extension_is_built_in_ci() -> None:
+    """CI installs with a C compiler, so the fine route runs natively there."""
+    assert native_funnel.kernels() in ("avx512", "avx2", "portable")
+
+
+@pytest.fixture(params=["best", "portable"])
+def kernels(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each search below on the CPU's best kernels and on the portable C ones."""
+    module = native_funnel._NATIVE
+    assert module is not None
+    name = module.use_kernels(request.param)
+    yield name
+    module.use_kernels("best")
+
+
+def _collection(
+    tmp_path: Path, rng: np.random.Generator, storage: str, dtype: str, count: int = 3000
+) -> tuple[HnswIndex, VectorFile, np.ndarray, np.ndarray]:
+    """A graph of ``storage`` codes over clustered unit vectors at row ids with gaps, and the
+    vector file of their full rows."""
+    centres = rng.standard_normal((20, DIM)).astype(np.float32)
+    vectors = centres[rng.integers(0, 20, count)] + 0.6 * rng.standard_normal((count, DIM))
+    vectors = unit_rows(vectors.astype(np.float32))
+    rows = np.arange(count, dtype=np.int64) * 3 + 1
+    file = VectorFile(tmp_path, DIM, dtype)
+    file.write(rows, vectors)
+    prefixes = prefix_unit(vectors, PREFIX)
+    graph = HnswIndex(PREFIX, HnswParams(m=16, storage=storage), training=prefixes)
+    graph.add(rows, prefixes)
+    return graph, file, rows, vectors
+
+
+def _both(graph: HnswIndex, file: VectorFile) -> tuple[Funnel, Funnel]:
+    assert file.refine is not None
+    native, faiss_funnel = (
+        Funnel(graph, PREFIX, file.refine),
+        Funnel(graph, PREFIX, file.refine, native=False),
+    )
+    assert native.native and not faiss_funnel.native
+    return native, faiss_funnel
+
+
+def _agree(
+    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], share: float
+) -> None:
+    """The same rows in at least ``share`` of the places, and the same score wherever the row
+    is the same (the walks differ only by rounding in the 8-bit scores)."""
+    same = first[1] == second[1]
+    assert same.mean() >= share
+    np.testing.assert_allclose(first[0][same], second[0][same], atol=1e-5)
+
+
+@pytest.mark.parametrize("storage", ["sq8", "sq8u"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_native_walk_answers_as_faiss_does(
+    tmp_path: Path, rng: np.random.Generator, storage: str, dtype: str, kernels: str
+) -> None:
+    graph, file, rows, vectors = _collection(tmp_path, rng, storage, dtype)
+    native, faiss_funnel = _both(graph, file)
+    queries = rng.standard_normal((200, DIM)).astype(np.float32)  # any norm
+    for ef in (16, 64):
+        found = native.search(queries, K, SHORTLIST, ef)
+        _agree(found, faiss_funnel.search(queries, K, SHORTLIST, ef), 0.99)
+        by_row = dict(zip(rows.tolist(), vectors, strict=True))
+        exact = [
+            [float(by_row[row] @ query) for row in hits]
+            for query, hits in zip(unit_rows(queries), found[1], strict=True)
+        ]
+        np.testing.assert_allclose(found[0], exact, atol=2e-3 if dtype == "float16" else 1e-5)
+        assert (np.diff(found[0], axis=1) <= 0).all()  # best first
+
+
+def test_the_native_walk_skips_tombstones_and_keeps_to_a_filter(
+    tmp_path: Path, rng: np.random.Generator, kernels: str
+) -> None:
+    graph, file, rows, vectors = _collection(tmp_path, rng, "sq8", "float16")
+    removed = rows[::7]
+    graph.remove(removed)
+    native, faiss_funnel = _both(graph, file)
+    queries = vectors[:100]  # each query's own row is removed for every seventh
+    found = native.search(queries, K, SHORTLIST, 32)
+    assert (found[1] >= 0).all() and not np.isin(found[1], removed).any()
+    _agree(found, faiss_funnel.search(queries, K, SHORTLIST, 32), 0.99)
+    allowed = RowSet(rows[(rows // 3) % 4 == 0])
+    filtered = native.search(queries, K, SHORTLIST, 64, allowed)
+    assert (filtered[1] >= 0).all() and np.isin(filtered[1], allowed.rows).all()
+    _agree(filtered, faiss_funnel.search(queries, K, SHORTLIST, 64, allowed), 0.99)
+
+
+def test_a_short_answer_is_padded_and_a_graph_of_tombstones_returns_nothing(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    graph, file, rows, vectors = _collection(tmp_path, rng, "sq8", "float16", count=400)
+    native, _ = _both(graph, file)
+    few = RowSet(rows[:3])
+    scores, found = native.search(vectors[:2], K, SHORTLIST, 400, few)
+    assert sorted(found[0, :3].tolist()) == rows[:3].tolist()
+    assert (found[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
+    graph.remove(rows)
+    scores, found = native.search(vectors[:2], K, SHORTLIST, 32)
+    assert (found == -1).all() and np.isneginf(scores).all()
+
+
+def test_the_view_follows_the_graph_as_it_grows_and_serves_concurrent_searches(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    graph, file, rows, vectors = _collection(tmp_path, rng, "sq8", "float32")
+    more = unit_rows(rng.standard_normal((500, DIM)).astype(np.float32))
+    more_rows = np.arange(500, dtype=np.int64) * 3 + int(rows.max()) + 3
+    file.write(more_rows, more)  # in the file before the funnel maps it
+    native, _ = _both(graph, file)
+    before = native.search(more, K, SHORTLIST, 64)
+    assert not np.isin(before[1], more_rows).any()
+    graph.add(more_rows, prefix_unit(more, PREFIX))  # FAISS may move the graph's arrays
+    expected = native.search(more, K, SHORTLIST, 64)
+    assert (expected[1][:, 0] == more_rows).mean() >= 0.98  # each finds its own new row
+
+    def search_all(_: int) -> np.ndarray:
+        return np.concatenate([native.search(q[None, :], K, SHORTLIST, 64)[1] for q in more])
+
+    with ThreadPoolExecutor(4) as pool:
+        for answers in pool.map(search_all, range(8)):
+            np.testing.assert_array_equal(answers, expected[1])
+
+
+def test_graphs_the_native_walk_does_not_read_go_through_faiss(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    vectors = unit_rows(rng.standard_normal((300, DIM)).astype(np.float32))
+    rows = np.arange(300, dtype=np.int64)
+    file = VectorFile(tmp_path, DIM, "float16")
+    file.write(rows, vectors)
+    assert file.refine is not None
+    for storage in ("flat", "sq4"):
+        params = HnswParams(m=16, storage=storage)
+        training = None if storage == "flat" else prefix_unit(vectors, PREFIX)
+        graph = HnswIndex(PREFIX, params, training=training)
+        graph.add(rows, prefix_unit(vectors, PREFIX))
+        funnel = Funnel(graph, PREFIX, file.refine)
+        assert not funnel.native
+        _, found = funnel.search(vectors[:5], K, SHORTLIST, 64)
+        assert found[:, 0].tolist() == rows[:5].tolist()
