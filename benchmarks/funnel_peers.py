@@ -11,13 +11,15 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
-  One engine row per first stage of ``--fractal-stages`` (``PREFIX-STORAGE[-mM][-insertion]``:
+  One engine row per first stage of ``--fractal-stages``
+  (``PREFIX-STORAGE[-mM][-insertion][-faiss]``:
   the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
   every engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
   stage there, as the service's measured choice would be. The graph's nodes are numbered for
   locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
-  ``-insertion`` keeps them in insertion order instead, a row for comparison that is never
-  Fractal's choice;
+  ``-insertion`` keeps them in insertion order instead, and one ending in ``-faiss`` is walked
+  and re-ranked by FAISS's ``IndexRefine`` instead of Fractal's own native walk
+  (:mod:`index.native_funnel`): rows for comparison, never Fractal's choice;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -70,6 +72,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -112,8 +115,9 @@ class Settings:
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
     fractal_stages: tuple[str, ...] = option(
         ("192-sq8-m16", "192-sq8", "256-sq8"),
-        "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion] (M: every engine's; "
-        "insertion: nodes left in insertion order, a comparison row), comma-separated",
+        "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion][-faiss] (M: every engine's; "
+        "insertion: nodes left in insertion order; faiss: FAISS's walk, not Fractal's own; "
+        "both comparison rows), comma-separated",
     )
     m: int = option(32, "graph degree (M, connectivity) of every engine")
     ef_construction: int = option(100, "beam width while building, every engine")
@@ -145,7 +149,7 @@ SMOKE = Settings(
     documents=3_000,
     queries=40,
     dim=64,
-    fractal_stages=("32-sq8-m8", "64-sq8", "64-sq8-insertion"),
+    fractal_stages=("32-sq8-m8", "64-sq8", "64-sq8-insertion", "64-sq8-faiss"),
     m=16,
     ef_construction=40,
     ef_values=(16, 64),
@@ -201,17 +205,35 @@ def _top_k(query: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> np.ndarr
 
 INSERTION_ORDER = "insertion"
 """The last part of a Fractal stage whose graph keeps its nodes in insertion order: a row beside
-the served one (nodes renumbered for locality, :mod:`index.graph_order`), never Fractal's
-choice at a floor."""
+the served one (nodes renumbered for locality, :mod:`index.graph_order`)."""
+
+FAISS_WALK = "faiss"
+"""The last part of a Fractal stage walked by FAISS's ``IndexRefine`` instead of Fractal's own
+native walk (:mod:`index.native_funnel`): a row beside the served one."""
+
+COMPARISON_ROWS = (INSERTION_ORDER, FAISS_WALK)
+"""Stage endings that make a row for comparison, never Fractal's choice at a floor."""
 
 
-def _stage(name: str, default_m: int, dim: int) -> tuple[int, str, int, bool]:
-    """The prefix, storage, degree and locality order of a Fractal engine named
-    ``fractal:PREFIX-STORAGE[-mM][-insertion]`` (without ``-mM``: every engine's M; with
-    ``-insertion``: nodes left in insertion order); SystemExit naming the form if it is not."""
+class Stage(NamedTuple):
+    """A Fractal engine's first stage and how it is served."""
+
+    dim: int
+    storage: str
+    m: int
+    locality: bool
+    native_walk: bool
+
+
+def _stage(name: str, default_m: int, dim: int) -> Stage:
+    """The first stage of a Fractal engine named
+    ``fractal:PREFIX-STORAGE[-mM][-insertion][-faiss]`` (without ``-mM``: every engine's M; with
+    ``-insertion``: nodes left in insertion order; with ``-faiss``: FAISS's walk); SystemExit
+    naming the form if it is not."""
     parts = name.removeprefix("fractal:").split("-")
-    locality = parts[-1] != INSERTION_ORDER
-    parts = parts if locality else parts[:-1]
+    endings = set()
+    while len(parts) > 2 and parts[-1] in COMPARISON_ROWS and parts[-1] not in endings:
+        endings.add(parts.pop())
     degree = parts[2] if len(parts) == 3 else f"m{default_m}"
     if (
         len(parts) not in (2, 3)
@@ -222,10 +244,21 @@ def _stage(name: str, default_m: int, dim: int) -> tuple[int, str, int, bool]:
     ):
         raise SystemExit(
             f"error: fractal stage {name.removeprefix('fractal:')!r} is not "
-            f"PREFIX-STORAGE[-mM][-{INSERTION_ORDER}] with a prefix up to {dim}, storage "
-            f"{', '.join(SQ_QUANTIZERS)} and a degree M"
+            f"PREFIX-STORAGE[-mM][-{INSERTION_ORDER}][-{FAISS_WALK}] with a prefix up to {dim}, "
+            f"storage {', '.join(SQ_QUANTIZERS)} and a degree M"
         )
-    return int(parts[0]), parts[1], int(degree[1:]), locality
+    return Stage(
+        int(parts[0]),
+        parts[1],
+        int(degree[1:]),
+        INSERTION_ORDER not in endings,
+        FAISS_WALK not in endings,
+    )
+
+
+def _comparison_row(engine: str) -> bool:
+    """Whether a Fractal engine is a row for comparison (see :data:`COMPARISON_ROWS`)."""
+    return engine.rsplit("-", 1)[-1] in COMPARISON_ROWS
 
 
 def fractal(
@@ -235,12 +268,14 @@ def fractal(
     of the saved one."""
     from index import Collection, HnswParams
 
-    shortlist_dim, storage, m, locality = _stage(name, settings.m, base.shape[1])
+    stage = _stage(name, settings.m, base.shape[1])
+    shortlist_dim = stage.dim
     params = HnswParams(
-        m=m,
+        m=stage.m,
         ef_construction=settings.ef_construction,
-        storage=storage,
-        **({} if locality else {"locality_from": len(base) + 1}),
+        storage=stage.storage,
+        native_walk=stage.native_walk,
+        **({} if stage.locality else {"locality_from": len(base) + 1}),
     )
 
     def collection() -> Collection:
@@ -638,8 +673,7 @@ def fractal_points(engines: Sequence[dict]) -> dict[str, dict | None]:
     ours = [
         engine
         for engine in engines
-        if engine["engine"].startswith("fractal")
-        and not engine["engine"].endswith(f"-{INSERTION_ORDER}")
+        if engine["engine"].startswith("fractal") and not _comparison_row(engine["engine"])
     ]
     points: dict[str, dict | None] = {}
     for floor in map(str, FLOORS):

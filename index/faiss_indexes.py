@@ -81,8 +81,10 @@ SNAPSHOT_GROWTH = 1.02
 class HnswParams:
     """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, how
     the graph stores vectors (``flat`` float32, or ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes,
-    trained once ``sq_train_size`` vectors exist), and the size from which its nodes are kept
-    numbered for locality (``locality_from``; see the module docstring)."""
+    trained once ``sq_train_size`` vectors exist), the size from which its nodes are kept
+    numbered for locality (``locality_from``; see the module docstring), and whether the C2F
+    funnel walks an 8-bit graph natively (``native_walk``, :mod:`index.native_funnel`; else
+    through FAISS, with the same answers)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -91,6 +93,7 @@ class HnswParams:
     storage: str = "flat"
     sq_train_size: int = 10_000
     locality_from: int = 50_000
+    native_walk: bool = True
 
     def __post_init__(self) -> None:
         sizes = (self.m, self.ef_construction, self.ef_search, self.sq_train_size)
@@ -109,9 +112,11 @@ class HnswParams:
             )
 
     def contents(self) -> dict:
-        """The fields that decide what the graph holds: neither ``ef_search`` (read at search
-        time) nor ``locality_from`` (it only renumbers nodes; searches return the same)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("ef_search", "locality_from")}
+        """The fields that decide what the graph holds: not ``ef_search`` nor ``native_walk``
+        (read at search time), nor ``locality_from`` (it only renumbers nodes; searches return
+        the same)."""
+        searching = ("ef_search", "locality_from", "native_walk")
+        return {k: v for k, v in asdict(self).items() if k not in searching}
 
 
 @dataclass(frozen=True)

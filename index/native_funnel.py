@@ -42,11 +42,24 @@ _EIGHT_BIT = {
 }
 """The codes the C walk decodes, and whether their range is uniform."""
 
+NATIVE_STORAGES = ("sq8", "sq8u")
+"""The graph storages (:data:`index.faiss_indexes.HNSW_STORAGES`) those codes are."""
+
 
 def kernels() -> str | None:
     """The native kernels in use (``avx512``, ``avx2`` or ``portable``, from the CPU), or None
     where the extension is not built."""
     return None if _NATIVE is None else str(_NATIVE.kernels())
+
+
+def walk(storage: str, native_walk: bool = True) -> str:
+    """How the C2F funnel walks a graph of ``storage`` codes: ``native avx512`` (or ``avx2``,
+    ``portable``: this module), or ``faiss`` (other codes, the extension not built, or
+    ``native_walk`` off). An 8-bit graph holds float32 until it is trained, walked by FAISS."""
+    name = kernels()
+    if name is None or not native_walk or storage not in NATIVE_STORAGES:
+        return "faiss"
+    return f"native {name}"
 
 
 def rows_of(flat: faiss.Index) -> np.ndarray:

@@ -81,6 +81,12 @@ class StorageSettings(BaseSettings):
         "TurboQuant-MSE codes (tq4: sq4's bytes, levels computed for unit vectors); float32 "
         "until 10,000 vectors exist",
     )
+    hnsw_native_walk: bool = Field(
+        True,
+        description="C2F walks an sq8 or sq8u graph and re-ranks in Fractal's own C code, which "
+        "overlaps the walk's memory loads (where its extension is built: /info says which); "
+        "false: through FAISS's walk and refine, with the same answers",
+    )
     first_stage: FirstStageSource = Field(
         "settings",
         description="C2F's first stage: from these settings (the bundle's measured shortlist "
@@ -186,6 +192,7 @@ class StorageSettings(BaseSettings):
             ef_construction=self.hnsw_ef_construction,
             ef_search=self.hnsw_ef_search,
             storage=self.hnsw_storage,
+            native_walk=self.hnsw_native_walk,
         )
 
     def first_stage_choice(

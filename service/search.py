@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bundle import COARSE, FINE, Manifest
-from index import Hit, SearchResult
+from index import Hit, SearchResult, native_funnel
 from index.backend import IndexBackend
 from index.embedded import Collection
 from index.filters import Filter, FilterError, parse_filter, parse_filter_json
@@ -74,6 +74,7 @@ class FirstStage:
     shortlist_dim: int
     hnsw_storage: str
     hnsw_m: int
+    walk: str
     measured: dict[str, Any] | None
     index_choice: dict[str, Any] | None
 
@@ -234,7 +235,13 @@ class Searcher:
                     held,
                 )
         return FirstStage(
-            source, self.shortlist_dim, applied.hnsw_storage, applied.hnsw_m, measured, recorded
+            source,
+            self.shortlist_dim,
+            applied.hnsw_storage,
+            applied.hnsw_m,
+            native_funnel.walk(applied.hnsw_storage, applied.hnsw_native_walk),
+            measured,
+            recorded,
         )
 
     def _c2f_knobs(self, shortlist_dim: int, index: str) -> tuple[int, int | None]:

@@ -114,7 +114,7 @@ class CollectionState:
         assert refine is not None
         funnel = self._funnels.get(spec.name)
         if funnel is None or funnel.base is not index or funnel.refine is not refine:
-            funnel = Funnel(index, spec.dim, refine)
+            funnel = Funnel(index, spec.dim, refine, self.hnsw.native_walk)
             self._funnels[spec.name] = funnel  # concurrent readers may both make one: either does
         return funnel
 

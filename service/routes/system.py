@@ -47,6 +47,12 @@ class FirstStage(FromAttributes):
         description="How the graphs store vectors: flat, sq8, sq8u, sq4 or tq4."
     )
     hnsw_m: int = Field(description="The graphs' degree M.")
+    walk: str = Field(
+        description="How C2F walks the graph and re-ranks: native avx512, native avx2 or native "
+        "portable (Fractal's own C walk, on the kernels this CPU runs; sq8 and sq8u graphs), "
+        "or faiss (FAISS's walk and refine: other codes, the extension not built, or "
+        "FRACTAL_HNSW_NATIVE_WALK=false)."
+    )
     measured: dict[str, Any] | None = Field(
         description="The measured choice in use at FRACTAL_FIRST_STAGE_RECALL (prefix, codes, "
         "degree, efSearch, shortlist factor, recall, p50 and p99 µs, resident bytes per "

@@ -21,7 +21,12 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
     assert [(e["engine"], e["huge_pages"]) for e in report["engines"]] == [
         (name, mode) for name in names for mode in ("off", "on")
     ]
-    assert names[:3] == ["fractal:32-sq8-m8", "fractal:64-sq8", "fractal:64-sq8-insertion"]
+    assert names[:4] == [
+        "fractal:32-sq8-m8",
+        "fractal:64-sq8",
+        "fractal:64-sq8-insertion",
+        "fractal:64-sq8-faiss",
+    ]
     for engine in report["engines"]:
         asked = funnel_peers.HUGE_PAGE_TUNABLE in engine["glibc_tunables"]
         assert asked == (engine["huge_pages"] == "on"), engine["engine"]
@@ -43,6 +48,12 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
         assert mapped > 0 if engine["engine"] == "qdrant_int8" else mapped == 0, engine["engine"]
         if engine["engine"].startswith("fractal"):  # the call, and the Python around it
             assert all(r["index_p50_us"] > 0 and r["around_p50_us"] > 0 for r in engine["sweep"])
+    # Fractal's own walk and FAISS's walk the same graph to the same answers (up to rounding).
+    by_name = {(e["engine"], e["huge_pages"]): e for e in report["engines"]}
+    for mode in ("off", "on"):
+        native, faiss_walk = (by_name[f"fractal:64-sq8{end}", mode] for end in ("", "-faiss"))
+        for ours, theirs in zip(native["sweep"], faiss_walk["sweep"], strict=True):
+            assert abs(ours["recall_at_10"] - theirs["recall_at_10"]) <= 0.01, (ours, theirs)
     # Every peer's widest setting finds nearly all of the true neighbours of these toy clusters
     # (3,000 points: a graph walk at efSearch 64 is close to exhaustive).
     for engine in report["engines"]:
@@ -96,9 +107,12 @@ def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
     assert len(found) == 5
 
 
-def test_a_fractal_stage_names_its_prefix_codes_degree_and_node_order() -> None:
-    assert funnel_peers._stage("fractal:192-sq8", 32, 256) == (192, "sq8", 32, True)
-    assert funnel_peers._stage("256-sq4-m16-insertion", 32, 256) == (256, "sq4", 16, False)
-    for bad in ("300-sq8", "192-pq", "192-sq8-16", "192-sq8-m16-random", "sq8"):
+def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_and_walk() -> None:
+    assert funnel_peers._stage("fractal:192-sq8", 32, 256) == (192, "sq8", 32, True, True)
+    assert funnel_peers._stage("256-sq4-m16-insertion", 32, 256) == (256, "sq4", 16, False, True)
+    assert funnel_peers._stage("256-sq8-faiss", 32, 256) == (256, "sq8", 32, True, False)
+    both = funnel_peers._stage("64-sq8u-m8-faiss-insertion", 32, 256)
+    assert both == (64, "sq8u", 8, False, False)
+    for bad in ("300-sq8", "192-pq", "192-sq8-16", "192-sq8-m16-random", "sq8", "64-sq8-faiss-"):
         with pytest.raises(SystemExit, match="is not PREFIX-STORAGE"):
             funnel_peers._stage(bad, 32, 256)
