@@ -250,44 +250,61 @@ static void heap_pop(MaxHeap *h) {
     }
 }
 
-/* FAISS's MinimaxHeap: the beam, a max-heap of the best `capacity` nodes seen; an expanded
- * node keeps its slot with id -1, so `valid` counts those still to expand. */
+/* The beam: the best `capacity` nodes seen, sorted by distance, each marked once expanded. It
+ * holds what FAISS's MinimaxHeap holds (an expanded node keeps its place; a full beam drops its
+ * worst, expanded or not), kept sorted instead of as a heap, so that the next node to expand is
+ * found from a cursor rather than by a scan of the whole beam. */
 typedef struct {
-    MaxHeap heap;
-    int valid;
+    float *dis;
+    int32_t *ids;
+    uint8_t *expanded;
+    int size, capacity, next;
 } Beam;
 
 static void beam_push(Beam *b, int32_t id, float dis) {
-    if (b->heap.size == b->heap.capacity) {
-        if (dis >= b->heap.dis[0]) return;
-        if (b->heap.ids[0] != -1) b->valid--;
-        heap_pop(&b->heap);
+    if (b->size == b->capacity) {
+        if (dis >= b->dis[b->size - 1]) return;
+        b->size--;
     }
-    heap_push(&b->heap, dis, id);
-    b->valid++;
+    int low = 0, high = b->size;
+    while (low < high) {
+        int middle = (low + high) / 2;
+        if (b->dis[middle] <= dis)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    int after = b->size - low;
+    memmove(b->dis + low + 1, b->dis + low, sizeof(float) * after);
+    memmove(b->ids + low + 1, b->ids + low, sizeof(int32_t) * after);
+    memmove(b->expanded + low + 1, b->expanded + low, after);
+    b->dis[low] = dis;
+    b->ids[low] = id;
+    b->expanded[low] = 0;
+    b->size++;
+    if (low < b->next) b->next = low;
 }
 
+/* The closest node not yet expanded, now marked expanded (-1 when none is left). */
 static int32_t beam_pop_min(Beam *b, float *dis_out) {
-    int best = -1;
-    float best_dis = INFINITY;
-    for (int i = b->heap.size - 1; i >= 0; i--) {
-        if (b->heap.ids[i] != -1 && (best < 0 || b->heap.dis[i] < best_dis)) {
-            best = i;
-            best_dis = b->heap.dis[i];
-        }
-    }
-    if (best < 0) return -1;
-    int32_t id = b->heap.ids[best];
-    b->heap.ids[best] = -1;
-    b->valid--;
-    *dis_out = best_dis;
-    return id;
+    while (b->next < b->size && b->expanded[b->next]) b->next++;
+    if (b->next == b->size) return -1;
+    b->expanded[b->next] = 1;
+    *dis_out = b->dis[b->next];
+    return b->ids[b->next];
 }
 
+/* How many nodes of the beam are closer than `threshold`. */
 static int beam_count_below(const Beam *b, float threshold) {
-    int count = 0;
-    for (int i = 0; i < b->heap.size; i++) count += b->heap.dis[i] < threshold;
-    return count;
+    int low = 0, high = b->size;
+    while (low < high) {
+        int middle = (low + high) / 2;
+        if (b->dis[middle] < threshold)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low;
 }
 
 /* ---- the graph ------------------------------------------------------------------------------- */
@@ -458,6 +475,7 @@ static void visited_give(Graph *g, Visited *table) {
 typedef struct {
     float *query, *weights, *beam_dis, *found_dis, *scores;
     int32_t *beam_ids, *found_ids, *pending;
+    uint8_t *beam_expanded;
     int64_t *found_rows;
     int *order;
 } Work;
@@ -518,7 +536,7 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
         visited->mark = 1;
     }
     uint8_t mark = visited->mark;
-    Beam beam = {{w->beam_dis, w->beam_ids, 0, beam_size}, 0};
+    Beam beam = {w->beam_dis, w->beam_ids, w->beam_expanded, 0, beam_size, 0};
     MaxHeap found = {w->found_dis, w->found_ids, 0, shortlist};
     beam_push(&beam, nearest, nearest_dis);
     if (is_allowed(allowed, nearest)) heap_push(&found, nearest_dis, nearest);
@@ -623,6 +641,7 @@ static void work_free(Work *w) {
     free(w->found_dis);
     free(w->scores);
     free(w->beam_ids);
+    free(w->beam_expanded);
     free(w->found_ids);
     free(w->pending);
     free(w->found_rows);
@@ -635,13 +654,14 @@ static int work_alloc(Work *w, const Graph *g, int beam_size, int shortlist) {
     w->weights = malloc(sizeof(float) * g->prefix_dim);
     w->beam_dis = malloc(sizeof(float) * beam_size);
     w->beam_ids = malloc(sizeof(int32_t) * beam_size);
+    w->beam_expanded = malloc(beam_size);
     w->found_dis = malloc(sizeof(float) * shortlist);
     w->found_ids = malloc(sizeof(int32_t) * shortlist);
     w->scores = malloc(sizeof(float) * shortlist);
     w->found_rows = malloc(sizeof(int64_t) * shortlist);
     w->order = malloc(sizeof(int) * shortlist);
     w->pending = malloc(sizeof(int32_t) * (degree > 0 ? degree : 1));
-    return w->query && w->weights && w->beam_dis && w->beam_ids && w->found_dis &&
+    return w->query && w->weights && w->beam_dis && w->beam_ids && w->beam_expanded && w->found_dis &&
            w->found_ids && w->scores && w->found_rows && w->order && w->pending;
 }
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from index import native_funnel
 from index.search_tuning import FIRST_STAGES_FILE, write_record
 from service.errors import StartupError
 from service.startup import load_runtime
@@ -47,7 +48,7 @@ def test_the_bundle_choice_builds_the_graphs_and_info_says_so(
     first_stage = info["resolutions"]["first_stage"]
     assert first_stage == {
         "source": "bundle", "shortlist_dim": 192, "hnsw_storage": "sq4", "hnsw_m": 12,
-        "measured": CHOICE, "index_choice": None,
+        "walk": "faiss", "measured": CHOICE, "index_choice": None,
     }
     assert info["resolutions"]["shortlist_dim"] == 192
     assert info["route"]["shortlist_dimension"] == 192
@@ -67,7 +68,7 @@ def test_by_default_the_settings_decide(bundle_dir: Path, tmp_path: Path) -> Non
     info = _info(bundle_dir, tmp_path)
     assert info["resolutions"]["first_stage"] == {
         "source": "settings", "shortlist_dim": 128, "hnsw_storage": "flat", "hnsw_m": 32,
-        "measured": None, "index_choice": None,
+        "walk": "faiss", "measured": None, "index_choice": None,
     }
     assert info["route"]["shortlist_dimension"] == 128
 
@@ -114,11 +115,21 @@ def test_the_collections_own_measurement_builds_its_graphs_and_info_says_so(
     measured = {**RECORDED, "documents": 60}
     assert info["resolutions"]["first_stage"] == {
         "source": "index", "shortlist_dim": 64, "hnsw_storage": "sq8", "hnsw_m": 16,
-        "measured": measured, "index_choice": measured,
+        "walk": native_funnel.walk("sq8"), "measured": measured, "index_choice": measured,
     }
     assert info["route"]["shortlist_dimension"] == 64
     assert _graph(info, 64)["vectors"] == len(TEXTS)
     assert _graph(info, 192) is None  # the bundle's choice is not built
+
+
+def test_an_8_bit_graph_is_walked_natively_unless_the_settings_say_not(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
+    native = _info(bundle_dir, tmp_path / "native", hnsw_storage="sq8u")
+    assert native["resolutions"]["first_stage"]["walk"] == native_funnel.walk("sq8u")
+    off = _info(bundle_dir, tmp_path / "off", hnsw_storage="sq8u", hnsw_native_walk=False)
+    assert off["resolutions"]["first_stage"]["walk"] == "faiss"
+    assert off["route"] == native["route"]
 
 
 def test_without_a_record_of_its_own_a_collection_takes_the_bundles_choice(
