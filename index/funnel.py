@@ -67,7 +67,8 @@ class Funnel:
         self._unit = faiss.NormalizationTransform(refine.d, 2.0)
         self._index = faiss.IndexPreTransform(self._unit, self._refined)
         self._shared: dict[tuple[float, int | None], tuple[faiss.SearchParameters, object]] = {}
-        self._native: tuple[int, Any] | None = None if native else (-1, None)
+        self._native_wanted = native
+        self._native: tuple[int, Any] | None = None
 
     @property
     def native(self) -> bool:
@@ -105,9 +106,9 @@ class Funnel:
     def _native_graph(self) -> Any | None:
         """The native view of the base graph and the rows (None where FAISS searches),
         remade after the graph changes (an add may have moved its arrays)."""
-        native, version = self._native, self.base.version
-        if native is not None and native[0] == -1:
+        if not self._native_wanted:
             return None
+        native, version = self._native, self.base.version
         if native is None or native[0] != version:
             native = (version, native_graph(self.base.faiss_index, self.refine))
             self._native = native  # concurrent readers may both make one: either does

@@ -334,13 +334,18 @@ typedef struct {
     pthread_mutex_t pool_lock;
 } Graph;
 
+/* A buffer's item format without its byte-order mark ("B" when it gives none). */
+static const char *item_format(const Py_buffer *view) {
+    const char *format = view->format ? view->format : "B";
+    return (format[0] == '<' || format[0] == '=' || format[0] == '@') ? format + 1 : format;
+}
+
 static int take_buffer(Graph *self, PyObject *source, const char *name, Py_ssize_t itemsize,
                        const char *formats) {
     Py_buffer *view = &self->buffers[self->held];
     if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     self->held++;
-    const char *format = view->format ? view->format : "B";
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    const char *format = item_format(view);
     if (view->itemsize != itemsize || strchr(formats, format[0]) == NULL || format[1]) {
         PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes (%s), got '%s'", name,
                      itemsize, formats, view->format ? view->format : "B");
@@ -377,8 +382,7 @@ static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
     if (PyObject_GetBuffer(rows, matrix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0)
         return -1;
     self->held++;
-    const char *format = matrix->format ? matrix->format : "B";
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    const char *format = item_format(matrix);
     if (matrix->ndim != 2 || !((matrix->itemsize == 2 && format[0] == 'e') ||
                                (matrix->itemsize == 4 && format[0] == 'f'))) {
         PyErr_SetString(PyExc_TypeError, "rows: expected a 2-d float16 or float32 matrix");
@@ -693,7 +697,7 @@ static PyObject *Graph_search(Graph *self, PyObject *args, PyObject *kwargs) {
     if (PyObject_GetBuffer(queries, &query_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
     Py_ssize_t count = query_view.len / ((Py_ssize_t)sizeof(float) * self->dim);
-    if (query_view.itemsize != 4 || !query_view.format || strcmp(query_view.format, "f") != 0 ||
+    if (query_view.itemsize != 4 || strcmp(item_format(&query_view), "f") != 0 ||
         query_view.len != count * (Py_ssize_t)sizeof(float) * self->dim) {
         PyBuffer_Release(&query_view);
         PyErr_Format(PyExc_ValueError, "queries: expected float32 rows of %d values", self->dim);

@@ -169,3 +169,38 @@ def test_graphs_the_native_walk_does_not_read_go_through_faiss(
         assert not funnel.native
         _, found = funnel.search(vectors[:5], K, SHORTLIST, 64)
         assert found[:, 0].tolist() == rows[:5].tolist()
+
+
+def test_the_native_call_refuses_what_it_cannot_read(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    graph, file, row_ids, vectors = _collection(tmp_path, rng, "sq8", "float16", count=300)
+    assert file.refine is not None
+    view = native_funnel.native_graph(graph.faiss_index, file.refine)
+    scores, rows = np.empty((1, K), np.float32), np.empty((1, K), np.int64)
+    queries = vectors[:1]
+    with pytest.raises(ValueError, match="queries: expected float32 rows of 64 values"):
+        view.search(queries.astype(np.float64), K, SHORTLIST, 32, None, scores, rows)
+    with pytest.raises(ValueError, match="queries"):
+        view.search(queries[:, :32].copy(), K, SHORTLIST, 32, None, scores, rows)
+    with pytest.raises(ValueError, match="k <= shortlist"):
+        view.search(queries, K, K - 1, 32, None, scores, rows)
+    with pytest.raises(ValueError, match="rows: expected 10 items"):
+        view.search(queries, K, SHORTLIST, 32, None, scores, rows[:, :5].copy())
+    with pytest.raises(ValueError, match="a bit for every node"):
+        view.search(queries, K, SHORTLIST, 32, np.zeros(3, np.uint8), scores, rows)
+    with pytest.raises(ValueError, match="do not agree in size"):
+        native_funnel._NATIVE.Graph(
+            neighbors=np.zeros(10, np.int32),
+            offsets=np.zeros(3, np.uint64),
+            levels=[0, 4],
+            entry_point=0,
+            max_level=0,
+            codes=np.zeros(64, np.uint8),
+            vmin=np.zeros(32, np.float32),
+            vdiff=np.ones(32, np.float32),
+            ids=np.zeros(3, np.int64),
+            rows=np.zeros((3, 64), np.float16),
+        )
+    view.search(queries, K, SHORTLIST, 32, None, scores, rows)  # still answers
+    assert rows[0, 0] == row_ids[0]
