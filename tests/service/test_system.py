@@ -61,6 +61,7 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         "fragment_dim": None,
         "first_stage": {
             "source": "settings", "shortlist_dim": 64, "hnsw_storage": "flat", "hnsw_m": 32,
+            "walk": "faiss",
             "measured": None, "index_choice": None,
         },
         "coarse_beam": {"ef_search": 128, "source": "hnsw_ef_search", "measured": None},
