@@ -53,6 +53,7 @@ import numpy as np
 
 from index.backend import RowCorrupt, StorageFull, is_disk_full
 from index.embedded.store import Store
+from index.native_funnel import rows_of
 from index.vectors import unit_rows
 
 DATA_FILE = "vectors.f{bits}"
@@ -299,13 +300,8 @@ class VectorFile:
         :meth:`_allocate`) through FAISS, and view the same pages as the read-only matrix."""
         self._allocate(capacity, written)
         refine = faiss.read_index(str(self.path), faiss.IO_FLAG_MMAP_IFC)
-        codes = refine.codes  # type: ignore[attr-defined]  # a flat index's code vector
-        if capacity:
-            raw = faiss.rev_swig_ptr(codes.data(), capacity * self.row_bytes)
-            matrix = raw.view(self._numpy_dtype).reshape(capacity, self.dim)
-        else:
-            matrix = np.zeros((0, self.dim), dtype=self._numpy_dtype)
-        matrix.flags.writeable = False  # FAISS maps the file read-only
+        matrix = rows_of(refine)  # read-only: FAISS maps the file read-only
+        assert matrix.shape == (capacity, self.dim) and matrix.dtype == self._numpy_dtype
         self.refine, self._matrix = refine, matrix
 
     def write(self, rows: np.ndarray, unit_vectors: np.ndarray) -> None:
