@@ -547,10 +547,13 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
     visited->marks[nearest] = mark;
 
     int degree = g->cum[1] - g->cum[0];
-    while (beam.valid > 0) {
+    /* FAISS's stopping rule: stop once efSearch nodes of the beam are closer than the node to
+     * expand. A beam of efSearch nodes holds that node itself, so there the rule cannot hold. */
+    int may_stop = beam_size > ef_search;
+    for (;;) {
         float d0 = 0;
         int32_t v0 = beam_pop_min(&beam, &d0);
-        if (beam_count_below(&beam, d0) >= ef_search) break;
+        if (v0 < 0 || (may_stop && beam_count_below(&beam, d0) >= ef_search)) break;
         const int32_t *around = g->neighbors + g->offsets[v0] + g->cum[0];
         int count = 0;
         for (int j = 0; j < degree; j++) {
