@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,38 @@ import pytest
 
 from index.embedded import row_names
 from index.embedded.row_names import RowNames
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def naming(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each test below with hits named by the C extension and by the Python loop."""
+    if request.param == "python":
+        monkeypatch.setattr(row_names, "_NATIVE", None)
+    elif row_names._NATIVE is None and not os.environ.get("CI"):
+        pytest.skip("the naming extension is not built here")
+    yield request.param
+
+
+def test_the_extension_is_built_in_ci(naming: str) -> None:
+    """CI installs with a C compiler, so hits are named in C there."""
+    assert naming == "python" or row_names._NATIVE is not None
+
+
+def test_the_native_call_refuses_what_it_cannot_read(naming: str) -> None:
+    native = row_names._NATIVE
+    if native is None:
+        pytest.skip("the native call only")
+    slots, ids = np.zeros(4, np.int64), np.zeros(0, np.uint8)
+    rows = np.zeros((1, 2), np.int64)
+    with pytest.raises(ValueError, match="values float32 or int64 of the same shape"):
+        native.named(slots, ids, rows, np.zeros((1, 3), np.float32), print)
+    with pytest.raises(ValueError, match="rows a 2-d int64"):
+        native.named(slots, ids, rows.astype(np.int32), np.zeros((1, 2), np.float32), print)
+    with pytest.raises(TypeError, match="make must be callable"):
+        native.named(slots, ids, rows, np.zeros((1, 2), np.float32), None)
+    slots[0] = 5 << 16 | 3  # an id past the end of the bytes
+    with pytest.raises(ValueError, match="outside the ids' bytes"):
+        native.named(slots, ids, rows, np.zeros((1, 2), np.float32), print)
 
 
 def test_rows_are_named_and_forgotten() -> None:
