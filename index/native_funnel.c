@@ -826,5 +826,9 @@ PyMODINIT_FUNC PyInit__native_funnel(void) {
         Py_DECREF(m);
         return NULL;
     }
+    if (PyModule_AddStringConstant(m, "SOURCE_DIGEST", SOURCE_DIGEST) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -95,4 +95,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "index._native_names",
                                     "Naming a search's hits in one C call.", -1, methods};
 
-PyMODINIT_FUNC PyInit__native_names(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native_names(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddStringConstant(m, "SOURCE_DIGEST", SOURCE_DIGEST) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -1,0 +1,33 @@
+"""The compiled extensions (setup.py): built in CI, and built from the sources beside them."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSIONS = {
+    "index._native_funnel": "index/native_funnel.c",
+    "index._native_names": "index/native_names.c",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTENSIONS))
+def test_each_extension_is_built_from_its_source(name: str) -> None:
+    """CI installs with a C compiler, so each is built there; wherever one is built, it is
+    built from the source now in the tree (an older build would hide a change to it)."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"{name} is not built here")
+    source = (ROOT / EXTENSIONS[name]).read_bytes()
+    assert module.SOURCE_DIGEST == hashlib.sha256(source).hexdigest(), (
+        f"{name} was built from another version of {EXTENSIONS[name]}: "
+        "rebuild it (pip install -e . or python setup.py build_ext --inplace)"
+    )
