@@ -19,22 +19,14 @@ the graph is being written (the collection's read lock)."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 import faiss
 import numpy as np
 
+from index import native
 
-def _load() -> ModuleType | None:
-    try:
-        return importlib.import_module("index._native_funnel")
-    except ImportError:
-        return None
-
-
-_NATIVE = _load()
+_NATIVE = native.load("index._native_funnel")
 
 _EIGHT_BIT = {
     int(faiss.ScalarQuantizer.QT_8bit): False,  # one range per coordinate

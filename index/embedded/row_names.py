@@ -22,14 +22,13 @@ in Python (about three times as long: 13 against 4 µs for ten hits).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
 
+from index import native
 from index.checks import MAX_ID_BYTES
 
 _ENCODING = ("utf-8", "surrogatepass")
@@ -43,15 +42,7 @@ _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
 assert MAX_ID_BYTES <= _LENGTH_MASK
 T = TypeVar("T")
 
-
-def _load() -> ModuleType | None:
-    try:
-        return importlib.import_module("index._native_names")
-    except ImportError:
-        return None
-
-
-_NATIVE = _load()
+_NATIVE = native.load("index._native_names")
 
 
 def _row_and_name(name: str, row: int) -> tuple[int, str]:

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from index import native
+
 ROOT = Path(__file__).resolve().parents[2]
-EXTENSIONS = {
-    "index._native_funnel": "index/native_funnel.c",
-    "index._native_names": "index/native_names.c",
-}
 
 
-@pytest.mark.parametrize("name", sorted(EXTENSIONS))
+@pytest.mark.parametrize("name", sorted(native.SOURCES))
 def test_each_extension_is_built_from_its_source(name: str) -> None:
     """CI installs with a C compiler, so each is built there; wherever one is built, it is
     built from the source now in the tree (an older build would hide a change to it)."""
@@ -26,8 +24,13 @@ def test_each_extension_is_built_from_its_source(name: str) -> None:
         if os.environ.get("CI"):
             raise
         pytest.skip(f"{name} is not built here")
-    source = (ROOT / EXTENSIONS[name]).read_bytes()
+    source = (ROOT / native.SOURCES[name]).read_bytes()
     assert module.SOURCE_DIGEST == hashlib.sha256(source).hexdigest(), (
-        f"{name} was built from another version of {EXTENSIONS[name]}: "
+        f"{name} was built from another version of {native.SOURCES[name]}: "
         "rebuild it (pip install -e . or python setup.py build_ext --inplace)"
     )
+
+
+def test_an_unknown_extension_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown extension 'index._nope'"):
+        native.load("index._nope")
