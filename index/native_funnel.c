@@ -4,9 +4,10 @@
  * The walk is FAISS's own (HNSW::search with a bounded queue, as in 1.15): a greedy descent
  * through the upper levels, then at level 0 a beam of max(efSearch, shortlist) nodes, expanded
  * best first, with a node returned only when its bit is set in `allowed` (every node without
- * one). It reads FAISS's arrays in place. It differs in how it waits on memory: before it scores
- * a node's neighbours it asks for every unvisited neighbour's code (prefetch), so those loads
- * overlap instead of following one another, and it folds the 8-bit decode into the query once
+ * one). It reads FAISS's arrays in place. It differs in how it waits on memory: while it scores
+ * a node's unvisited neighbours it asks for the codes of those a few places ahead (prefetch),
+ * and for the neighbour list of the node it will most likely expand next, so those loads
+ * overlap the scoring instead of following one another, and it folds the 8-bit decode into the query once
  * per search (code c at coordinate i stands for vmin_i + (c + 0.5) * vdiff_i / 255, so a
  * score is a constant plus the sum of c_i * q_i * vdiff_i / 255).
  *
@@ -294,6 +295,13 @@ static int32_t beam_pop_min(Beam *b, float *dis_out) {
     return b->ids[b->next];
 }
 
+/* The node the next pop would expand if no closer one joins the beam first (-1 when none). */
+static int32_t beam_peek(const Beam *b) {
+    for (int at = b->next; at < b->size; at++)
+        if (!b->expanded[at]) return b->ids[at];
+    return -1;
+}
+
 /* How many nodes of the beam are closer than `threshold`. */
 static int beam_count_below(const Beam *b, float threshold) {
     int low = 0, high = b->size;
@@ -496,8 +504,13 @@ static inline float distance(const Scorer *s, int32_t node) {
              kernels->code_dot(g->codes + (size_t)node * g->prefix_dim, s->weights, g->prefix_dim));
 }
 
+/* How many nodes ahead of the one being scored the walk asks for codes: enough to keep the
+ * line fill buffers busy while it scores, few enough that asking does not wait on them. */
+#define CODES_AHEAD 8
+
 static inline void prefetch_code(const Graph *g, int32_t node) {
-    prefetch_bytes(g->codes + (size_t)node * g->prefix_dim, (size_t)g->prefix_dim);
+    const char *p = (const char *)(g->codes + (size_t)node * g->prefix_dim);
+    for (int at = 0; at < g->prefix_dim; at += 64) __builtin_prefetch(p + at, 0, 3);
 }
 
 static inline int is_allowed(const uint8_t *allowed, int32_t node) {
@@ -555,6 +568,11 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
         int32_t v0 = beam_pop_min(&beam, &d0);
         if (v0 < 0 || (may_stop && beam_count_below(&beam, d0) >= ef_search)) break;
         const int32_t *around = g->neighbors + g->offsets[v0] + g->cum[0];
+        /* The next node to expand is most often the one the beam holds now: its neighbour list
+         * is asked for while this node's neighbours are scored (its offset first, so that
+         * reading it below waits less). */
+        int32_t next = beam_peek(&beam);
+        if (next >= 0) __builtin_prefetch(g->offsets + next, 0, 3);
         int count = 0;
         for (int j = 0; j < degree; j++) {
             int32_t v = around[j];
@@ -567,11 +585,14 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
             int32_t v = around[j];
             if (v >= g->nodes || visited->marks[v] == mark) continue;
             visited->marks[v] = mark;
-            prefetch_code(g, v);
             w->pending[pending++] = v;
         }
+        for (int j = 0; j < pending && j < CODES_AHEAD; j++) prefetch_code(g, w->pending[j]);
+        if (next >= 0) prefetch_bytes(g->neighbors + g->offsets[next] + g->cum[0],
+                                      sizeof(int32_t) * (size_t)degree);
         for (int j = 0; j < pending; j++) {
             int32_t v = w->pending[j];
+            if (j + CODES_AHEAD < pending) prefetch_code(g, w->pending[j + CODES_AHEAD]);
             float d = distance(s, v);
             if (is_allowed(allowed, v)) {
                 if (found.size < shortlist)
