@@ -73,6 +73,8 @@ def checked_documents(
 
 def check_count(value: object, what: str) -> int:
     """``value`` as an int, or :class:`ValueError` unless it is a positive integer."""
+    if type(value) is int and value > 0:  # the common case, without the checks below
+        return value
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)

@@ -119,11 +119,11 @@ class Filtering(TypedDict, total=False):
     fallback: list[int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SearchResult:
     """What :meth:`~index.backend.IndexBackend.search` and ``search_c2f`` return: the hits of
     every query (best first), the seconds of each step, and how the filter was applied (None
-    for a search without one)."""
+    for a search without one). Not frozen, as :class:`Hit`: one is made per search."""
 
     hits: list[list[Hit]]
     timings: Timings = field(default_factory=lambda: Timings())

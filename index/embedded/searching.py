@@ -10,7 +10,7 @@ import numpy as np
 
 from index.checks import check_count
 from index.embedded.filter_plan import FilterPlanning
-from index.embedded.state import IndexSpec
+from index.embedded.state import spec_name
 from index.faiss_indexes import HnswIndex
 from index.filters import Filter
 from index.rerank import rerank
@@ -43,7 +43,7 @@ class Searching(FilterPlanning):
         """What the cosine HNSW graph at prefix ``dim`` stores now: ``flat``, or the ``sq8`` /
         ``sq4`` codes it asks for once they are trained (float32 until enough vectors exist);
         None without such a graph."""
-        spec = self._specs.get(IndexSpec("cosine", dim, "hnsw").name)
+        spec = self._specs.get(spec_name("cosine", dim, "hnsw"))
         if spec is None:
             return None
         with self._lock.read():

@@ -39,7 +39,12 @@ class IndexSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.scoring}-{self.dim}-{self.kind}"
+        return spec_name(self.scoring, self.dim, self.kind)
+
+
+def spec_name(scoring: str, dim: int, kind: str) -> str:
+    """The name of the index a search asks for (:attr:`IndexSpec.name`), made without a spec."""
+    return f"{scoring}-{dim}-{kind}"
 
 
 class CollectionState:
@@ -123,7 +128,7 @@ class CollectionState:
         return in_space(scoring, dim, matrix, self.fragment_dim)
 
     def _spec(self, scoring: str, dim: int, kind: str) -> IndexSpec:
-        spec = self._specs.get(IndexSpec(scoring, dim, kind).name)
+        spec = self._specs.get(spec_name(scoring, dim, kind))
         if spec is None:
             served = ", ".join(sorted(self._specs))
             raise ValueError(
