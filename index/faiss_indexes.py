@@ -53,11 +53,12 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import faiss
 import numpy as np
 
+from index import native_funnel
 from index.graph_order import reordered
 from index.rowset import RowSet
 
@@ -83,8 +84,8 @@ class HnswParams:
     the graph stores vectors (``flat`` float32, or ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes,
     trained once ``sq_train_size`` vectors exist), the size from which its nodes are kept
     numbered for locality (``locality_from``; see the module docstring), and whether the C2F
-    funnel walks an 8-bit graph natively (``native_walk``, :mod:`index.native_funnel`; else
-    through FAISS, with the same answers)."""
+    funnel and the graph's own search walk an 8-bit graph natively (``native_walk``,
+    :mod:`index.native_funnel`; else through FAISS, with the same answers)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -369,6 +370,7 @@ class HnswIndex(VectorIndex):
         self._sorted_rows_kept: tuple[np.ndarray, np.ndarray] | None = None
         self._live_nodes: tuple[int, np.ndarray] | None = None
         self._shared_parameters: dict[int, faiss.SearchParameters] = {}
+        self._walk: tuple[int, Any] | None = None
         self.ordered = ordered
 
     def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
@@ -455,7 +457,28 @@ class HnswIndex(VectorIndex):
     def search(
         self, queries: np.ndarray, k: int, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self._index.search(queries, k, params=self.search_parameters(ef_search))
+        """The walk's ``k`` best live rows per query, scored as the graph stores them: walked in
+        C where the graph holds 8-bit codes (:mod:`index.native_funnel`, the walk alone; one
+        thread per call), else by FAISS. ``queries`` are at the graph's width."""
+        walk = self._native_walk()
+        if walk is None:
+            return self._index.search(queries, k, params=self.search_parameters(ef_search))
+        queries = np.ascontiguousarray(queries, dtype=np.float32)  # as FAISS's wrapper does
+        scores = np.empty((len(queries), k), dtype=np.float32)
+        rows = np.empty((len(queries), k), dtype=np.int64)
+        walk.search(queries, k, k, self.walk_ef(ef_search), self.returnable_nodes(), scores, rows)
+        return scores, rows
+
+    def _native_walk(self) -> Any | None:
+        """The native view of the graph without rows (None where FAISS walks it), remade after
+        the graph changes (an add may have moved its arrays)."""
+        if not self.params.native_walk:
+            return None
+        kept, version = self._walk, self._version
+        if kept is None or kept[0] != version:
+            kept = (version, native_funnel.native_graph(self._index, None))
+            self._walk = kept  # concurrent readers may both make one: either does
+        return kept[1]
 
     def search_filtered(
         self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None

@@ -1,5 +1,6 @@
-/* The C2F funnel in one native call per query batch: walk an HNSW graph of 8-bit codes at a
- * prefix, then re-rank its shortlist exactly at the full dimension from the row matrix.
+/* The C2F funnel in one native call per query batch: walk an HNSW graph of 8-bit codes (or
+ * float32 values) at a prefix, then re-rank its shortlist exactly at the full dimension from the
+ * row matrix.
  *
  * The walk is FAISS's own (HNSW::search with a bounded queue, as in 1.15): a greedy descent
  * through the upper levels, then at level 0 a beam of max(efSearch, shortlist) nodes, expanded
@@ -13,6 +14,8 @@
  *
  * The re-rank prefetches the shortlist's rows (float16 or float32, one per row id) and scores
  * them by inner product with the unit query; the k best are written to the caller's arrays.
+ * A graph made without rows is the walk alone: the k best the walk found, scored by their codes
+ * (what FAISS's own search of the graph returns).
  *
  * Everything after the arguments are read runs without the GIL. Kernels: AVX-512, AVX2 with
  * FMA and F16C, or portable C, chosen once from the CPU that runs it. */
@@ -330,13 +333,13 @@ typedef struct {
     int held;
     const int32_t *neighbors;
     const uint64_t *offsets;
-    const uint8_t *codes;
+    const uint8_t *codes; /* 8-bit codes, or float32 values (float_codes) */
     const float *vmin, *vdiff;
     const int64_t *ids;
     const char *rows;
     int64_t nodes, row_count, neighbor_count;
     int32_t entry_point;
-    int max_level, prefix_dim, dim, row_bytes, half;
+    int max_level, prefix_dim, dim, row_bytes, half, float_codes, code_bytes;
     int cum[MAX_LEVELS + 1];
     Visited *pool;
     pthread_mutex_t pool_lock;
@@ -362,6 +365,22 @@ static int take_buffer(Graph *self, PyObject *source, const char *name, Py_ssize
     return 0;
 }
 
+/* The codes: bytes (8-bit codes) or float32 values (a float32 graph). */
+static int take_codes(Graph *self, PyObject *source) {
+    Py_buffer *view = &self->buffers[self->held];
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    self->held++;
+    const char *format = item_format(view);
+    int bytes = view->itemsize == 1 && strchr("BbcX", format[0]) != NULL && !format[1];
+    self->float_codes = view->itemsize == 4 && format[0] == 'f' && !format[1];
+    if (!bytes && !self->float_codes) {
+        PyErr_Format(PyExc_TypeError, "codes: expected bytes or float32 values, got '%s'",
+                     view->format ? view->format : "B");
+        return -1;
+    }
+    return 0;
+}
+
 static Py_ssize_t items(const Graph *self, int which) {
     return self->buffers[which].len / self->buffers[which].itemsize;
 }
@@ -381,20 +400,23 @@ static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
         return -1;
     if (take_buffer(self, neighbors, "neighbors", 4, "iil") < 0 ||
         take_buffer(self, offsets, "offsets", 8, "QLK") < 0 ||
-        take_buffer(self, codes, "codes", 1, "BbcX") < 0 ||
+        take_codes(self, codes) < 0 ||
         take_buffer(self, vmin, "vmin", 4, "f") < 0 ||
         take_buffer(self, vdiff, "vdiff", 4, "f") < 0 ||
         take_buffer(self, ids, "ids", 8, "qlL") < 0)
         return -1;
-    Py_buffer *matrix = &self->buffers[self->held];
-    if (PyObject_GetBuffer(rows, matrix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0)
-        return -1;
-    self->held++;
-    const char *format = item_format(matrix);
-    if (matrix->ndim != 2 || !((matrix->itemsize == 2 && format[0] == 'e') ||
-                               (matrix->itemsize == 4 && format[0] == 'f'))) {
-        PyErr_SetString(PyExc_TypeError, "rows: expected a 2-d float16 or float32 matrix");
-        return -1;
+    Py_buffer *matrix = NULL;
+    if (rows != Py_None) {
+        matrix = &self->buffers[self->held];
+        if (PyObject_GetBuffer(rows, matrix, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0)
+            return -1;
+        self->held++;
+        const char *format = item_format(matrix);
+        if (matrix->ndim != 2 || !((matrix->itemsize == 2 && format[0] == 'e') ||
+                                   (matrix->itemsize == 4 && format[0] == 'f'))) {
+            PyErr_SetString(PyExc_TypeError, "rows: expected a 2-d float16 or float32 matrix");
+            return -1;
+        }
     }
     PyObject *level_list = PySequence_Fast(levels, "levels: expected a sequence of ints");
     if (!level_list) return -1;
@@ -421,14 +443,19 @@ static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
     self->vmin = self->buffers[3].buf;
     self->vdiff = self->buffers[4].buf;
     self->ids = self->buffers[5].buf;
-    self->rows = matrix->buf;
     self->nodes = items(self, 5);
     self->neighbor_count = items(self, 0);
     self->prefix_dim = (int)items(self, 3);
-    self->row_count = matrix->shape[0];
-    self->dim = (int)matrix->shape[1];
-    self->row_bytes = (int)(matrix->shape[1] * matrix->itemsize);
-    self->half = matrix->itemsize == 2;
+    self->code_bytes = self->prefix_dim * (self->float_codes ? 4 : 1);
+    if (matrix) {
+        self->rows = matrix->buf;
+        self->row_count = matrix->shape[0];
+        self->dim = (int)matrix->shape[1];
+        self->row_bytes = (int)(matrix->shape[1] * matrix->itemsize);
+        self->half = matrix->itemsize == 2;
+    } else { /* the walk alone: queries at the graph's width, hits scored by their codes */
+        self->dim = self->prefix_dim;
+    }
     self->entry_point = entry_point;
     self->max_level = max_level;
     if (items(self, 4) != self->prefix_dim || self->prefix_dim < 1 ||
@@ -500,8 +527,9 @@ typedef struct {
 
 static inline float distance(const Scorer *s, int32_t node) {
     const Graph *g = s->g;
-    return -(s->offset +
-             kernels->code_dot(g->codes + (size_t)node * g->prefix_dim, s->weights, g->prefix_dim));
+    const uint8_t *code = g->codes + (size_t)node * g->code_bytes;
+    if (g->float_codes) return -kernels->float_dot(code, s->weights, g->prefix_dim);
+    return -(s->offset + kernels->code_dot(code, s->weights, g->prefix_dim));
 }
 
 /* How many nodes ahead of the one being scored the walk asks for codes: enough to keep the
@@ -509,8 +537,8 @@ static inline float distance(const Scorer *s, int32_t node) {
 #define CODES_AHEAD 8
 
 static inline void prefetch_code(const Graph *g, int32_t node) {
-    const char *p = (const char *)(g->codes + (size_t)node * g->prefix_dim);
-    for (int at = 0; at < g->prefix_dim; at += 64) __builtin_prefetch(p + at, 0, 3);
+    const char *p = (const char *)(g->codes + (size_t)node * g->code_bytes);
+    for (int at = 0; at < g->code_bytes; at += 64) __builtin_prefetch(p + at, 0, 3);
 }
 
 static inline int is_allowed(const uint8_t *allowed, int32_t node) {
@@ -622,8 +650,8 @@ static void search_one(const Graph *g, const float *query, Visited *visited, con
     float offset = 0;
     for (int i = 0; i < g->prefix_dim; i++) {
         float q = w->query[i] * prefix_scale, step = g->vdiff[i] / 255.0f;
-        w->weights[i] = q * step;
-        offset += q * (g->vmin[i] + 0.5f * step);
+        w->weights[i] = g->float_codes ? q : q * step;
+        if (!g->float_codes) offset += q * (g->vmin[i] + 0.5f * step);
     }
     Scorer scorer = {g, w->weights, offset};
     int beam_size = ef_search > shortlist ? ef_search : shortlist;
@@ -631,15 +659,25 @@ static void search_one(const Graph *g, const float *query, Visited *visited, con
                          : 0;
 
     int kept = 0;
-    for (int i = 0; i < found; i++) {
-        int64_t row = g->ids[w->found_ids[i]];
-        if (row < 0 || row >= g->row_count) continue;
-        prefetch_bytes(g->rows + (size_t)row * g->row_bytes, (size_t)g->row_bytes);
-        w->found_rows[kept++] = row;
+    if (!g->rows) { /* the walk alone: the codes' scores */
+        for (int i = 0; i < found; i++) {
+            int64_t row = g->ids[w->found_ids[i]];
+            if (row < 0) continue;
+            w->scores[kept] = -w->found_dis[i];
+            w->found_rows[kept++] = row;
+        }
+    } else {
+        for (int i = 0; i < found; i++) {
+            int64_t row = g->ids[w->found_ids[i]];
+            if (row < 0 || row >= g->row_count) continue;
+            prefetch_bytes(g->rows + (size_t)row * g->row_bytes, (size_t)g->row_bytes);
+            w->found_rows[kept++] = row;
+        }
+        row_dot_fn dot = g->half ? kernels->half_dot : kernels->float_dot;
+        for (int i = 0; i < kept; i++)
+            w->scores[i] =
+                dot(g->rows + (size_t)w->found_rows[i] * g->row_bytes, w->query, g->dim);
     }
-    row_dot_fn dot = g->half ? kernels->half_dot : kernels->float_dot;
-    for (int i = 0; i < kept; i++)
-        w->scores[i] = dot(g->rows + (size_t)w->found_rows[i] * g->row_bytes, w->query, g->dim);
     /* The k best by partial selection (k and the shortlist are small). */
     for (int i = 0; i < kept; i++) w->order[i] = i;
     int best = k < kept ? k : kept;
@@ -789,9 +827,10 @@ static PyMethodDef Graph_methods[] = {
 static PyTypeObject GraphType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "index._native_funnel.Graph",
     .tp_doc = "Graph(neighbors, offsets, levels, entry_point, max_level, codes, vmin, vdiff, ids, "
-              "rows): a view of a FAISS HNSW graph of 8-bit codes (its arrays, read in place: "
-              "keep the graph alive and unchanged while this is used) and the full rows its "
-              "node ids (ids) point into.",
+              "rows): a view of a FAISS HNSW graph of 8-bit codes or float32 values (its "
+              "arrays, read in place: keep the graph alive and unchanged while this is used) "
+              "and the full rows its node ids (ids) point into; rows None: the walk alone, "
+              "queries at the graph's width, hits scored by their codes.",
     .tp_basicsize = sizeof(Graph),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Graph_new,

@@ -1,17 +1,21 @@
-"""The C2F funnel's own native path: a view of an ID-mapped FAISS HNSW graph of 8-bit codes and
-of the full rows, searched by one C call per query batch (``index/native_funnel.c``).
+"""The C2F funnel's own native path: a view of an ID-mapped FAISS HNSW graph (float32 values or
+8-bit codes) and of the full rows, searched by one C call per query batch
+(``index/native_funnel.c``).
 
 FAISS's HNSW walk asks memory for one neighbour's code at a time; at a million nodes nearly
 every one is a miss to DRAM, so the walk waits in turn on each. The C walk is FAISS's walk
 (the same beam, the same stopping rule, the same results up to rounding) that first asks for the
-codes of all of a node's unvisited neighbours and then scores them, so their loads overlap, and
-it folds the 8-bit decode into the query once per search. The re-rank reads the shortlist's
-rows in the same call (prefetched, float16 with F16C). No Python runs per query or candidate.
+codes of a node's unvisited neighbours a few places ahead of the one it scores, so their loads
+overlap, and it folds the 8-bit decode into the query once per search. The re-rank reads the
+shortlist's rows in the same call (prefetched, float16 with F16C). No Python runs per query or
+candidate. A view made without rows is the walk alone, which serves a graph's plain search
+(:meth:`index.faiss_indexes.HnswIndex.search`: the coarse route, and any single-index search).
 
-It serves graphs that store ``sq8`` or ``sq8u`` codes (the service's fine-route storages) with
-inner product; :func:`native_graph` returns None for anything else (float32, 4-bit or
-TurboQuant codes, a flat or PQ index), and where the extension was not built (no C compiler at
-install), and the caller uses FAISS's ``IndexRefine`` instead.
+It serves graphs that store float32 values or ``sq8`` or ``sq8u`` codes with inner product;
+:func:`native_graph` returns None for anything else (4-bit or TurboQuant codes, a flat or PQ
+index), and
+where the extension was not built (no C compiler at install), and the caller uses FAISS
+(``IndexRefine``, or the graph's own search) instead.
 
 The view reads FAISS's arrays in place, so it is valid while the graph is unchanged: an add may
 move them, so a caller remakes it when the graph's node count changes, and never uses it while
@@ -34,8 +38,9 @@ _EIGHT_BIT = {
 }
 """The codes the C walk decodes, and whether their range is uniform."""
 
-NATIVE_STORAGES = ("sq8", "sq8u")
-"""The graph storages (:data:`index.faiss_indexes.HNSW_STORAGES`) those codes are."""
+NATIVE_STORAGES = ("flat", "sq8", "sq8u")
+"""The graph storages (:data:`index.faiss_indexes.HNSW_STORAGES`) the C walk reads: float32
+values, and those 8-bit codes."""
 
 
 def kernels() -> str | None:
@@ -45,9 +50,10 @@ def kernels() -> str | None:
 
 
 def walk(storage: str, native_walk: bool = True) -> str:
-    """How the C2F funnel walks a graph of ``storage`` codes: ``native avx512`` (or ``avx2``,
-    ``portable``: this module), or ``faiss`` (other codes, the extension not built, or
-    ``native_walk`` off). An 8-bit graph holds float32 until it is trained, walked by FAISS."""
+    """How a graph of ``storage`` codes is walked: ``native avx512`` (or ``avx2``, ``portable``:
+    this module), or ``faiss`` (other codes, the extension not built, or ``native_walk``
+    off). A graph of codes holds float32 until it is trained, and is walked natively until
+    then."""
     name = kernels()
     if name is None or not native_walk or storage not in NATIVE_STORAGES:
         return "faiss"
@@ -69,27 +75,36 @@ def rows_of(flat: faiss.Index) -> np.ndarray:
     return matrix
 
 
-def native_graph(base: faiss.Index, refine: faiss.Index) -> Any | None:
-    """A native view of ``base`` (an ID map over an inner-product ``IndexHNSWSQ`` of 8-bit
-    codes, whose ids are rows of ``refine``) and ``refine``'s rows, or None when the native
-    path does not serve them (see the module docstring)."""
+def native_graph(base: faiss.Index, refine: faiss.Index | None) -> Any | None:
+    """A native view of ``base`` (an ID map over an inner-product ``IndexHNSWFlat``, or an
+    ``IndexHNSWSQ`` of 8-bit codes, whose ids are rows of ``refine``) and ``refine``'s rows, or
+    None when the native path does not serve them (see the module docstring). Without
+    ``refine``, the view is the walk alone: a search returns the best the walk found, scored by
+    their codes, at the graph's own width."""
     if _NATIVE is None or not isinstance(base, faiss.IndexIDMap) or not base.ntotal:
         return None
     graph = faiss.downcast_index(base.index)
-    if not isinstance(graph, faiss.IndexHNSWSQ):
+    if (
+        not isinstance(graph, faiss.IndexHNSWFlat | faiss.IndexHNSWSQ)
+        or graph.metric_type != faiss.METRIC_INNER_PRODUCT
+    ):
         return None
     storage: Any = faiss.downcast_index(graph.storage)
-    uniform = _EIGHT_BIT.get(int(storage.sq.qtype))
-    if uniform is None or graph.metric_type != faiss.METRIC_INNER_PRODUCT:
-        return None
-    trained = faiss.vector_to_array(storage.sq.trained).astype(np.float32)
-    dim = graph.d
-    if uniform:
-        vmin, vdiff = np.full(dim, trained[0], np.float32), np.full(dim, trained[1], np.float32)
+    dim, nodes = graph.d, int(graph.ntotal)
+    if isinstance(graph, faiss.IndexHNSWFlat):
+        codes = faiss.rev_swig_ptr(storage.codes.data(), nodes * dim * 4).view(np.float32)
+        vmin, vdiff = np.zeros(dim, np.float32), np.zeros(dim, np.float32)  # not read
     else:
-        vmin, vdiff = trained[:dim].copy(), trained[dim:].copy()
+        uniform = _EIGHT_BIT.get(int(storage.sq.qtype))
+        if uniform is None:
+            return None
+        codes = faiss.rev_swig_ptr(storage.codes.data(), nodes * dim)
+        trained = faiss.vector_to_array(storage.sq.trained).astype(np.float32)
+        if uniform:
+            vmin, vdiff = np.full(dim, trained[0], np.float32), np.full(dim, trained[1], np.float32)
+        else:
+            vmin, vdiff = trained[:dim].copy(), trained[dim:].copy()
     hnsw: Any = graph.hnsw  # the stubs lack HNSW's arrays
-    nodes = int(graph.ntotal)
     id_map: Any = base.id_map
     return _NATIVE.Graph(
         neighbors=faiss.rev_swig_ptr(hnsw.neighbors.data(), hnsw.neighbors.size()),
@@ -97,9 +112,9 @@ def native_graph(base: faiss.Index, refine: faiss.Index) -> Any | None:
         levels=faiss.vector_to_array(hnsw.cum_nneighbor_per_level).tolist(),
         entry_point=int(hnsw.entry_point),
         max_level=int(hnsw.max_level),
-        codes=faiss.rev_swig_ptr(storage.codes.data(), nodes * dim),
+        codes=codes,
         vmin=vmin,
         vdiff=vdiff,
         ids=faiss.rev_swig_ptr(id_map.data(), nodes),
-        rows=rows_of(refine),
+        rows=None if refine is None else rows_of(refine),
     )

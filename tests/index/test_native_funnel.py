@@ -1,6 +1,6 @@
 """Fractal's own funnel walk (index/native_funnel.c): the answers FAISS's ``IndexRefine`` gives
-over the same graph and file, with tombstones, filters and concurrent searches, on every kernel
-this CPU runs."""
+over the same graph and file, and FAISS's own search of the graph for the walk alone, with
+tombstones, filters and concurrent searches, on every kernel this CPU runs."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _agree(
     np.testing.assert_allclose(first[0][same], second[0][same], atol=1e-5)
 
 
-@pytest.mark.parametrize("storage", ["sq8", "sq8u"])
+@pytest.mark.parametrize("storage", ["flat", "sq8", "sq8u"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_the_native_walk_answers_as_faiss_does(
     tmp_path: Path, rng: np.random.Generator, storage: str, dtype: str, kernels: str
@@ -109,6 +109,29 @@ def test_the_native_walk_skips_tombstones_and_keeps_to_a_filter(
     filtered = native.search(queries, K, SHORTLIST, 64, allowed)
     assert (filtered[1] >= 0).all() and np.isin(filtered[1], allowed.rows).all()
     _agree(filtered, faiss_funnel.search(queries, K, SHORTLIST, 64, allowed), 0.99)
+
+
+@pytest.mark.parametrize("storage", ["flat", "sq8", "sq8u"])
+def test_the_graphs_own_search_is_the_native_walk_alone_answering_as_faiss_does(
+    tmp_path: Path, rng: np.random.Generator, storage: str, kernels: str
+) -> None:
+    graph, _, rows, _ = _collection(tmp_path, rng, storage, "float16")
+    removed = rows[::7]
+    graph.remove(removed)
+    queries = prefix_unit(rng.standard_normal((200, DIM)).astype(np.float32), PREFIX)
+    for ef in (16, 64):
+        found = graph.search(queries, K, ef)
+        by_faiss = graph.faiss_index.search(queries, K, params=graph.search_parameters(ef))
+        _agree(found, by_faiss, 0.99)
+        assert (found[1] >= 0).all() and not np.isin(found[1], removed).any()
+        assert (np.diff(found[0], axis=1) <= 0).all()  # best first
+    through_faiss = HnswIndex(
+        PREFIX, HnswParams(m=16, storage=storage, native_walk=False), graph.faiss_index, removed
+    )
+    np.testing.assert_array_equal(through_faiss.search(queries, K, 64)[1], by_faiss[1])
+    graph.remove(rows)
+    scores, found = graph.search(queries[:2], K, 32)
+    assert (found == -1).all() and np.isneginf(scores).all()
 
 
 def test_a_short_answer_is_padded_and_a_graph_of_tombstones_returns_nothing(
@@ -155,10 +178,9 @@ def test_graphs_the_native_walk_does_not_read_go_through_faiss(
     file = VectorFile(tmp_path, DIM, "float16")
     file.write(rows, vectors)
     assert file.refine is not None
-    for storage in ("flat", "sq4"):
+    for storage in ("sq4", "tq4"):
         params = HnswParams(m=16, storage=storage)
-        training = None if storage == "flat" else prefix_unit(vectors, PREFIX)
-        graph = HnswIndex(PREFIX, params, training=training)
+        graph = HnswIndex(PREFIX, params, training=prefix_unit(vectors, PREFIX))
         graph.add(rows, prefix_unit(vectors, PREFIX))
         funnel = Funnel(graph, PREFIX, file.refine)
         assert not funnel.native

@@ -68,7 +68,7 @@ def test_by_default_the_settings_decide(bundle_dir: Path, tmp_path: Path) -> Non
     info = _info(bundle_dir, tmp_path)
     assert info["resolutions"]["first_stage"] == {
         "source": "settings", "shortlist_dim": 128, "hnsw_storage": "flat", "hnsw_m": 32,
-        "walk": "faiss", "measured": None, "index_choice": None,
+        "walk": native_funnel.walk("flat"), "measured": None, "index_choice": None,
     }
     assert info["route"]["shortlist_dimension"] == 128
 

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from benchmarks.harness.metrics import metric_samples
+from index import native_funnel
 from service.app import create_app
 from service.settings import Settings
 from tests.service.helpers import make_settings, serve
@@ -61,7 +62,7 @@ def test_info_lists_resolutions_documents_and_index_sizes(client: TestClient) ->
         "fragment_dim": None,
         "first_stage": {
             "source": "settings", "shortlist_dim": 64, "hnsw_storage": "flat", "hnsw_m": 32,
-            "walk": "faiss",
+            "walk": native_funnel.walk("flat"),
             "measured": None, "index_choice": None,
         },
         "coarse_beam": {"ef_search": 128, "source": "hnsw_ef_search", "measured": None},
