@@ -100,6 +100,7 @@ TARGETS = {
     "ram_ratio": 3.0,
     "c2f_p50_ratio": 2.0,
     "coarse_p50_ratio": 3.7,
+    "coarse_to_fine_p50": 0.5,
     "rss_bytes_per_doc": 600,
     "import_per_s": 20_000,
     "build_minutes": 45,
@@ -783,6 +784,12 @@ def operating_points(size: dict, settings: Settings) -> dict:
     level = plateau - settings.precision_tolerance
     coarse_at_level = first_reaching(by_route["coarse"], level, "ef_search", "domain_p10")
     hnsw_at_level = first_reaching(by_route["hnsw256"], level, "ef_search", "domain_p10")
+    # The coarse route at exact 64-d search's same-domain precision, against the fine route.
+    exact_coarse_bar = size["exact"]["64"]["domain_p10"]
+    coarse_at_exact = first_reaching(
+        by_route["coarse"], exact_coarse_bar, "ef_search", "domain_p10"
+    )
+    fine = c2f[best]["point"] if best is not None else None
     return {
         "recall_bar": settings.recall_target,
         "c2f": c2f,
@@ -792,6 +799,9 @@ def operating_points(size: dict, settings: Settings) -> dict:
         "coarse": coarse,
         "hnsw256_at_domain_precision": hnsw_at_domain,
         "coarse_p50_ratio": _ratio(hnsw_at_domain, coarse, "index_p50_us"),
+        "exact_coarse_precision": exact_coarse_bar,
+        "coarse_at_exact_precision": coarse_at_exact,
+        "coarse_to_fine_p50": _ratio(coarse_at_exact, fine, "index_p50_us"),
         "coarse_plateau": {
             "coarse_best_domain_p10": plateau,
             "level": level,
@@ -917,6 +927,18 @@ def targets(sizes: Sequence[dict]) -> list[dict]:
                     "met": value is not None and value >= TARGETS[key],
                 }
             )
+        ratio = points["coarse_to_fine_p50"]
+        result.append(
+            {
+                "target": f"{at}: coarse index p50 at same-domain P@10 ≥ exact 64-d search's "
+                f"({points['exact_coarse_precision']:.3f}) ≤ {TARGETS['coarse_to_fine_p50']}× "
+                "C2F's at recall@10 ≥ 0.95",
+                "reached": _missing_reason("coarse_to_fine_p50", points)
+                if ratio is None
+                else ratio,
+                "met": ratio is not None and ratio <= TARGETS["coarse_to_fine_p50"],
+            }
+        )
     coarse_layout = largest["memory"]["graphs"][str(largest["coarse_dim"])]
     per_doc = coarse_layout["rss_anon_per_doc"]
     timings = largest["timings"]
@@ -951,6 +973,14 @@ def targets(sizes: Sequence[dict]) -> list[dict]:
 
 def _missing_reason(key: str, points: dict) -> str:
     """Why a ratio has no value: which bar was not reached."""
+    if key == "coarse_to_fine_p50":
+        if points["coarse_at_exact_precision"] is None:
+            best = points["coarse_plateau"]["coarse_best_domain_p10"]
+            return (
+                f"coarse never reaches exact 64-d's same-domain P@10 "
+                f"{points['exact_coarse_precision']:.3f} (best {best:.3f})"
+            )
+        return "C2F never reaches the recall bar"
     if key == "coarse_p50_ratio":
         if points["coarse"] is None:
             plateau = points["coarse_plateau"]["coarse_best_domain_p10"]

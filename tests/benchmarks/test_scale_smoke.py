@@ -53,7 +53,16 @@ def test_scale_smoke_run(tmp_path: Path) -> None:
     assert set(size["points"]["c2f"]) == set(size["memory"]["graphs"])
     assert size["exact"]["256"]["domain_p10"] > 0.9  # toy domains are far apart
     assert {row["set"] for row in report["fidelity"]["rows"]} == {"real", "synthetic"}
-    assert len(report["targets"]) == 8
+    assert len(report["targets"]) == 9
+    points = size["points"]
+    assert points["exact_coarse_precision"] == size["exact"]["64"]["domain_p10"]
+    (coarse_to_fine,) = [t for t in report["targets"] if "exact 64-d search's" in t["target"]]
+    if points["coarse_to_fine_p50"] is None:  # a bar not reached is named, never a number
+        assert isinstance(coarse_to_fine["reached"], str) and not coarse_to_fine["met"]
+    else:
+        reached = points["coarse_at_exact_precision"]
+        assert reached["domain_p10"] >= points["exact_coarse_precision"]
+        assert coarse_to_fine["met"] == (coarse_to_fine["reached"] <= 0.5)
     markdown = (tmp_path / "scale_smoke.md").read_text(encoding="utf-8")
     assert "## N = 20,000" in markdown and "Synthetic against real" in markdown
     assert "Additional comparison, not a substitute for the target" in markdown
