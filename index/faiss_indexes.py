@@ -84,7 +84,7 @@ class HnswParams:
     the graph stores vectors (``flat`` float32, or ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes,
     trained once ``sq_train_size`` vectors exist), the size from which its nodes are kept
     numbered for locality (``locality_from``; see the module docstring), and whether the C2F
-    funnel and the graph's own search walk an 8-bit graph natively (``native_walk``,
+    funnel and the graph's own search walk a float32 or 8-bit graph natively (``native_walk``,
     :mod:`index.native_funnel`; else through FAISS, with the same answers)."""
 
     m: int = 32
@@ -458,8 +458,8 @@ class HnswIndex(VectorIndex):
         self, queries: np.ndarray, k: int, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The walk's ``k`` best live rows per query, scored as the graph stores them: walked in
-        C where the graph holds 8-bit codes (:mod:`index.native_funnel`, the walk alone; one
-        thread per call), else by FAISS. ``queries`` are at the graph's width."""
+        C where the graph holds float32 values or 8-bit codes (:mod:`index.native_funnel`, the
+        walk alone; one thread per call), else by FAISS. ``queries`` are at the graph's width."""
         walk = self._native_walk()
         if walk is None:
             return self._index.search(queries, k, params=self.search_parameters(ef_search))

@@ -8,9 +8,9 @@
  * one). It reads FAISS's arrays in place. It differs in how it waits on memory: while it scores
  * a node's unvisited neighbours it asks for the codes of those a few places ahead (prefetch),
  * and for the neighbour list of the node it will most likely expand next, so those loads
- * overlap the scoring instead of following one another, and it folds the 8-bit decode into the query once
- * per search (code c at coordinate i stands for vmin_i + (c + 0.5) * vdiff_i / 255, so a
- * score is a constant plus the sum of c_i * q_i * vdiff_i / 255).
+ * overlap the scoring instead of following one another, and it folds the 8-bit decode into the
+ * query once per search (code c at coordinate i stands for vmin_i + (c + 0.5) * vdiff_i / 255,
+ * so a score is a constant plus the sum of c_i * q_i * vdiff_i / 255).
  *
  * The re-rank prefetches the shortlist's rows (float16 or float32, one per row id) and scores
  * them by inner product with the unit query; the k best are written to the caller's arrays.

@@ -13,9 +13,8 @@ candidate. A view made without rows is the walk alone, which serves a graph's pl
 
 It serves graphs that store float32 values or ``sq8`` or ``sq8u`` codes with inner product;
 :func:`native_graph` returns None for anything else (4-bit or TurboQuant codes, a flat or PQ
-index), and
-where the extension was not built (no C compiler at install), and the caller uses FAISS
-(``IndexRefine``, or the graph's own search) instead.
+index) and where the extension was not built (no C compiler at install), and the caller uses
+FAISS (``IndexRefine``, or the graph's own search) instead.
 
 The view reads FAISS's arrays in place, so it is valid while the graph is unchanged: an add may
 move them, so a caller remakes it when the graph's node count changes, and never uses it while
