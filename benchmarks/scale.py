@@ -971,24 +971,31 @@ def targets(sizes: Sequence[dict]) -> list[dict]:
     return result
 
 
+_COARSE_BARS = {
+    "coarse_to_fine_p50": (
+        "coarse_at_exact_precision",
+        "exact_coarse_precision",
+        "exact 64-d's same-domain P@10",
+        "C2F never reaches the recall bar",
+    ),
+    "coarse_p50_ratio": (
+        "coarse",
+        "domain_precision_bar",
+        "same-domain P@10",
+        "HNSW-256 never reaches the same-domain P@10 bar",
+    ),
+}
+"""Per coarse ratio: its coarse point, its bar, the bar's name, and why else it has no value."""
+
+
 def _missing_reason(key: str, points: dict) -> str:
     """Why a ratio has no value: which bar was not reached."""
-    if key == "coarse_to_fine_p50":
-        if points["coarse_at_exact_precision"] is None:
+    if key in _COARSE_BARS:
+        point, bar, what, otherwise = _COARSE_BARS[key]
+        if points[point] is None:
             best = points["coarse_plateau"]["coarse_best_domain_p10"]
-            return (
-                f"coarse never reaches exact 64-d's same-domain P@10 "
-                f"{points['exact_coarse_precision']:.3f} (best {best:.3f})"
-            )
-        return "C2F never reaches the recall bar"
-    if key == "coarse_p50_ratio":
-        if points["coarse"] is None:
-            plateau = points["coarse_plateau"]["coarse_best_domain_p10"]
-            return (
-                f"coarse never reaches same-domain P@10 {points['domain_precision_bar']:.3f} "
-                f"(best {plateau:.3f})"
-            )
-        return "HNSW-256 never reaches the same-domain P@10 bar"
+            return f"coarse never reaches {what} {points[bar]:.3f} (best {best:.3f})"
+        return otherwise
     if points["best_shortlist_dim"] is None:
         return "C2F never reaches the recall bar"
     return "HNSW-256 never reaches the recall bar"
