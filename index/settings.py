@@ -84,9 +84,9 @@ class StorageSettings(BaseSettings):
     hnsw_native_walk: bool = Field(
         True,
         description="C2F (walk and re-rank) and a graph's plain search (the coarse route) walk "
-        "an sq8 or sq8u graph in Fractal's own C code, which overlaps the walk's memory loads "
-        "(where its extension is built: /info says which); false: through FAISS's walk and "
-        "refine, with the same answers",
+        "a float32 (flat), sq8 or sq8u graph in Fractal's own C code, which overlaps the walk's "
+        "memory loads (where its extension is built: /info says which); false: through FAISS's "
+        "walk and refine, with the same answers",
     )
     first_stage: FirstStageSource = Field(
         "settings",
