@@ -51,6 +51,8 @@ so their answer is that of an exhaustive filtered scan (``filter_mode`` ``scan``
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -58,8 +60,9 @@ from typing import Any, ClassVar, cast
 import faiss
 import numpy as np
 
-from index import native_funnel
+from index import native_funnel, packed_links
 from index.graph_order import reordered
+from index.packed_links import PackedLinks
 from index.rowset import RowSet
 
 KINDS = ("exact", "hnsw", "pq")
@@ -83,9 +86,11 @@ class HnswParams:
     """Graph degree ``m``, build and search beam widths, the tombstone rebuild threshold, how
     the graph stores vectors (``flat`` float32, or ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes,
     trained once ``sq_train_size`` vectors exist), the size from which its nodes are kept
-    numbered for locality (``locality_from``; see the module docstring), and whether the C2F
+    numbered for locality (``locality_from``; see the module docstring), whether the C2F
     funnel and the graph's own search walk a float32 or 8-bit graph natively (``native_walk``,
-    :mod:`index.native_funnel`; else through FAISS, with the same answers)."""
+    :mod:`index.native_funnel`; else through FAISS, with the same answers), and whether a
+    natively walked graph keeps its links packed while it is only read (``packed_links``,
+    :meth:`HnswIndex.seal`)."""
 
     m: int = 32
     ef_construction: int = 200
@@ -95,6 +100,7 @@ class HnswParams:
     sq_train_size: int = 10_000
     locality_from: int = 50_000
     native_walk: bool = True
+    packed_links: bool = False
 
     def __post_init__(self) -> None:
         sizes = (self.m, self.ef_construction, self.ef_search, self.sq_train_size)
@@ -113,10 +119,10 @@ class HnswParams:
             )
 
     def contents(self) -> dict:
-        """The fields that decide what the graph holds: not ``ef_search`` nor ``native_walk``
-        (read at search time), nor ``locality_from`` (it only renumbers nodes; searches return
-        the same)."""
-        searching = ("ef_search", "locality_from", "native_walk")
+        """The fields that decide what the graph holds: not ``ef_search``, ``native_walk`` nor
+        ``packed_links`` (read at search time and at opening; the saved graph is FAISS's either
+        way), nor ``locality_from`` (it only renumbers nodes; searches return the same)."""
+        searching = ("ef_search", "locality_from", "native_walk", "packed_links")
         return {k: v for k, v in asdict(self).items() if k not in searching}
 
 
@@ -237,6 +243,11 @@ class VectorIndex:
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         self._index.add_with_ids(vectors, ids)
         self._version += 1
+
+    def seal(self, exclusive: AbstractContextManager | None = None) -> None:
+        """Makes the index lean for reading (only a graph has something to do). No write may run
+        meanwhile; searches may, where ``exclusive`` shuts them out (the collection's write
+        lock) for the moment it takes to swap what they read (None: an index not published yet)."""
 
     def remove(self, ids: np.ndarray) -> None:
         """Remove ids that are in the index."""
@@ -370,8 +381,62 @@ class HnswIndex(VectorIndex):
         self._sorted_rows_kept: tuple[np.ndarray, np.ndarray] | None = None
         self._live_nodes: tuple[int, np.ndarray] | None = None
         self._shared_parameters: dict[int, faiss.SearchParameters] = {}
-        self._walk: tuple[int, Any] | None = None
+        self._views: dict[bool, tuple[int, PackedLinks | None, faiss.Index | None, Any]] = {}
+        self._packed: PackedLinks | None = None
+        self._links_lock = threading.Lock()
         self.ordered = ordered
+
+    @property
+    def faiss_index(self) -> faiss.Index:
+        """The ID-mapped FAISS graph, its links unpacked first (FAISS walks them itself)."""
+        self._unpack()
+        return self._index
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._unpack()
+        super().add(ids, vectors)
+
+    def seal(self, exclusive: AbstractContextManager | None = None) -> None:
+        """Packs the links (:mod:`index.packed_links`: about a quarter of FAISS's bytes) and
+        frees FAISS's, where ``packed_links`` asks for it and the native walk serves the graph;
+        searches then walk the packed links. FAISS's links come back for good at the next add
+        (or :attr:`faiss_index`), and for the moment a save takes. Packing reads the graph
+        beside searches; freeing FAISS's links happens inside ``exclusive``."""
+        if self._packed is not None or not self.params.packed_links or not self._index.ntotal:
+            return
+        stored = self.params.storage if self.trained else "flat"
+        if native_funnel.walk(stored, self.params.native_walk) == "faiss":
+            return
+        hnsw = self._hnsw()
+        packed = packed_links.pack(hnsw)
+        with exclusive or nullcontext(), self._links_lock:
+            self._packed = packed
+            packed_links.release(hnsw)
+
+    def _hnsw(self) -> Any:
+        """FAISS's HNSW structure of the graph (its arrays are not in FAISS's type stubs)."""
+        return cast(faiss.IndexHNSW, faiss.downcast_index(self._index.index)).hnsw
+
+    def _unpack(self) -> None:
+        """FAISS's links made again from the packed ones, for good (views of the packed links
+        in use stay valid: they hold them)."""
+        with self._links_lock:
+            if self._packed is not None:
+                packed_links.restore(self._hnsw(), self._packed)
+                self._packed = None
+
+    @contextmanager
+    def _faiss_links(self) -> Iterator[None]:
+        """FAISS's links present for the block, packed again after it (no view reads them:
+        views made meanwhile still read the packed links)."""
+        with self._links_lock:
+            if self._packed is not None:
+                packed_links.restore(self._hnsw(), self._packed)
+            try:
+                yield
+            finally:
+                if self._packed is not None:
+                    packed_links.release(self._hnsw())
 
     def _make_live_selector(self) -> tuple[faiss.IDSelector, ...]:
         """``(IDSelectorTranslated(id map, live), live, deleted)`` with ``live`` =
@@ -460,25 +525,39 @@ class HnswIndex(VectorIndex):
         """The walk's ``k`` best live rows per query, scored as the graph stores them: walked in
         C where the graph holds float32 values or 8-bit codes (:mod:`index.native_funnel`, the
         walk alone; one thread per call), else by FAISS. ``queries`` are at the graph's width."""
-        walk = self._native_walk()
+        walk = self.native_view()
         if walk is None:
             return self._index.search(queries, k, params=self.search_parameters(ef_search))
+        return self._walk_natively(walk, queries, k, ef_search, self.returnable_nodes())
+
+    def _walk_natively(
+        self,
+        walk: Any,
+        queries: np.ndarray,
+        k: int,
+        ef_search: int | None,
+        nodes: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The native walk's ``k`` best rows per query among ``nodes`` (a bitmap; None: all)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)  # as FAISS's wrapper does
         scores = np.empty((len(queries), k), dtype=np.float32)
         rows = np.empty((len(queries), k), dtype=np.int64)
-        walk.search(queries, k, k, self.walk_ef(ef_search), self.returnable_nodes(), scores, rows)
+        walk.search(queries, k, k, self.walk_ef(ef_search), nodes, scores, rows)
         return scores, rows
 
-    def _native_walk(self) -> Any | None:
-        """The native view of the graph without rows (None where FAISS walks it), remade after
-        the graph changes (an add may have moved its arrays)."""
+    def native_view(self, refine: faiss.Index | None = None) -> Any | None:
+        """The native view of the graph and of ``refine``'s rows (the C2F funnel's), or of the
+        graph alone (None), or None where FAISS walks it (:func:`index.native_funnel.
+        native_graph`); remade after the graph changes (an add may have moved its arrays) or its
+        links are packed or unpacked. Concurrent readers may both make one: either does."""
         if not self.params.native_walk:
             return None
-        kept, version = self._walk, self._version
-        if kept is None or kept[0] != version:
-            kept = (version, native_funnel.native_graph(self._index, None))
-            self._walk = kept  # concurrent readers may both make one: either does
-        return kept[1]
+        kept, version, packed = self._views.get(refine is None), self._version, self._packed
+        if kept is None or kept[0] != version or kept[1] is not packed or kept[2] is not refine:
+            view = native_funnel.native_graph(self._index, refine, packed)
+            kept = (version, packed, refine, view)
+            self._views[refine is None] = kept
+        return kept[3]
 
     def search_filtered(
         self, queries: np.ndarray, k: int, allowed: RowSet, ef_search: int | None = None
@@ -491,6 +570,9 @@ class HnswIndex(VectorIndex):
         so the selector is a bitmap over the graph's own node numbers instead, made once per
         filter and graph state (:meth:`_node_bitmap`), and the graph is searched directly."""
         bitmap = self._node_bitmap(allowed)
+        walk = self.native_view()
+        if walk is not None:
+            return self._walk_natively(walk, queries, k, ef_search, bitmap)
         search_params = self._walk_parameters(self.walk_ef(ef_search))  # its own: a selector
         search_params.sel = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg,arg-type]
         scores, nodes = self._index.index.search(queries, k, params=search_params)
@@ -591,7 +673,7 @@ class HnswIndex(VectorIndex):
         return HnswIndex(
             self.dim,
             self.params,
-            reordered(self._index),
+            reordered(cast(faiss.IndexIDMap, self.faiss_index)),
             self.deleted_ids(),
             ordered=int(self._index.ntotal),
         )
@@ -601,6 +683,9 @@ class HnswIndex(VectorIndex):
         serialising it: at millions of vectors that would copy gigabytes on every call."""
         graph = faiss.downcast_index(self._index.index)
         hnsw = graph.hnsw  # type: ignore[attr-defined]  # downcast to an IndexHNSW
+        packed = self._packed
+        if packed is not None:
+            return graph.ntotal * self.bytes_per_vector() + packed.nbytes + 8 * graph.ntotal
         return (
             graph.ntotal * self.bytes_per_vector()
             + 4 * hnsw.neighbors.size()
@@ -621,6 +706,7 @@ class HnswIndex(VectorIndex):
             "deleted": len(self._deleted),
             "trained": self.trained,
             "locality_ordered_nodes": self.ordered,
+            "links_packed": self._packed is not None,
             **asdict(self.params),
         }
 
@@ -629,7 +715,8 @@ class HnswIndex(VectorIndex):
         np.save(deleted_path, self.deleted_ids())
         ordered_path = path.with_suffix(".ordered.npy")
         np.save(ordered_path, np.array([self.ordered], dtype=np.int64))
-        return [*super().save(path), deleted_path, ordered_path]
+        with self._faiss_links():
+            return [*super().save(path), deleted_path, ordered_path]
 
 
 class PqIndex(VectorIndex):

@@ -37,7 +37,6 @@ import faiss
 import numpy as np
 
 from index.faiss_indexes import HnswIndex, VectorIndex
-from index.native_funnel import native_graph
 from index.rowset import RowSet
 
 MAX_SHARED_PARAMETERS = 64
@@ -55,20 +54,11 @@ class Funnel:
         comparing the two)."""
         self.base = base
         self.refine = refine
-        first = faiss.RemapDimensionsTransform(refine.d, prefix_dim, False)  # type: ignore[arg-type]
-        self._transforms = (first, faiss.NormalizationTransform(prefix_dim, 2.0))
-        self._chain = faiss.IndexPreTransform(base.faiss_index)
-        for transform in reversed(self._transforms):  # False: the first values, not spread out
-            self._chain.prepend_transform(transform)
-        self._refined = faiss.IndexRefine(self._chain, self._chain)
-        self._refined.refine_index = refine
-        self._refined.ntotal = refine.ntotal
-        self._refined.own_fields = False
-        self._unit = faiss.NormalizationTransform(refine.d, 2.0)
-        self._index = faiss.IndexPreTransform(self._unit, self._refined)
+        self._prefix_dim = prefix_dim
+        self._faiss: faiss.Index | None = None
+        self._faiss_parts: tuple[Any, ...] = ()
         self._shared: dict[tuple[float, int | None], tuple[faiss.SearchParameters, object]] = {}
         self._native_wanted = native
-        self._native: tuple[int, Any] | None = None
 
     @property
     def native(self) -> bool:
@@ -101,18 +91,33 @@ class Funnel:
         params = self._parameters(
             k_factor, self.base.search_parameters(ef_search, allowed), allowed is None
         )
-        return self._index.search(queries, k, params=params)
+        return self._faiss_chain().search(queries, k, params=params)
 
     def _native_graph(self) -> Any | None:
-        """The native view of the base graph and the rows (None where FAISS searches),
-        remade after the graph changes (an add may have moved its arrays)."""
-        if not self._native_wanted:
+        """The native view of the base graph and the rows (None where FAISS searches)."""
+        if not self._native_wanted or not isinstance(self.base, HnswIndex):
             return None
-        native, version = self._native, self.base.version
-        if native is None or native[0] != version:
-            native = (version, native_graph(self.base.faiss_index, self.refine))
-            self._native = native  # concurrent readers may both make one: either does
-        return native[1]
+        return self.base.native_view(self.refine)
+
+    def _faiss_chain(self) -> faiss.Index:
+        """FAISS's funnel (see the module docstring), made at its first search (concurrent
+        readers may both make one: either does)."""
+        chain = self._faiss
+        if chain is None:
+            first = faiss.RemapDimensionsTransform(self.refine.d, self._prefix_dim, False)  # type: ignore[arg-type]
+            unit_prefix = faiss.NormalizationTransform(self._prefix_dim, 2.0)
+            prefix = faiss.IndexPreTransform(self.base.faiss_index)
+            prefix.prepend_transform(unit_prefix)
+            prefix.prepend_transform(first)  # False above: the first values, not spread out
+            refined = faiss.IndexRefine(prefix, prefix)
+            refined.refine_index = self.refine
+            refined.ntotal = self.refine.ntotal
+            refined.own_fields = False
+            unit = faiss.NormalizationTransform(self.refine.d, 2.0)
+            chain = faiss.IndexPreTransform(unit, refined)
+            self._faiss_parts = (first, unit_prefix, prefix, refined, unit)  # FAISS points to them
+            self._faiss = chain
+        return chain
 
     def _parameters(
         self, k_factor: float, base_params: faiss.SearchParameters | None, shared: bool

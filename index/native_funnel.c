@@ -327,12 +327,21 @@ typedef struct Visited {
     struct Visited *next;
 } Visited;
 
+/* A graph's links come in one of two layouts. FAISS's: every node's slots for all its levels
+ * in `neighbors`, from offsets[node], level l at cum[l] within them, -1 after the last. Packed:
+ * level 0 bit-packed per node (see unpack_list) in `packed` from packed_starts[node], and the
+ * upper levels of the few nodes that have them in `neighbors`, FAISS's slots from level 1 on,
+ * for upper_nodes[i] (ascending) from upper_starts[i]. */
 typedef struct {
     PyObject_HEAD
-    Py_buffer buffers[7]; /* neighbors, offsets, codes, vmin, vdiff, ids, rows */
+    Py_buffer buffers[11];
     int held;
     const int32_t *neighbors;
-    const uint64_t *offsets;
+    const uint64_t *offsets;     /* FAISS's layout */
+    const uint8_t *packed;       /* the packed layout (NULL: FAISS's) */
+    const uint32_t *packed_starts, *upper_starts;
+    const int32_t *upper_nodes;
+    int64_t upper_count;
     const uint8_t *codes; /* 8-bit codes, or float32 values (float_codes) */
     const float *vmin, *vdiff;
     const int64_t *ids;
@@ -351,24 +360,27 @@ static const char *item_format(const Py_buffer *view) {
     return (format[0] == '<' || format[0] == '=' || format[0] == '@') ? format + 1 : format;
 }
 
-static int take_buffer(Graph *self, PyObject *source, const char *name, Py_ssize_t itemsize,
-                       const char *formats) {
+/* Holds `source`'s buffer (released with the graph) and checks its items; NULL on error. */
+static const Py_buffer *take_buffer(Graph *self, PyObject *source, const char *name,
+                                    Py_ssize_t itemsize, const char *formats) {
     Py_buffer *view = &self->buffers[self->held];
-    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
     self->held++;
     const char *format = item_format(view);
     if (view->itemsize != itemsize || strchr(formats, format[0]) == NULL || format[1]) {
         PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes (%s), got '%s'", name,
                      itemsize, formats, view->format ? view->format : "B");
-        return -1;
+        return NULL;
     }
-    return 0;
+    return view;
 }
 
+static Py_ssize_t count_of(const Py_buffer *view) { return view->len / view->itemsize; }
+
 /* The codes: bytes (8-bit codes) or float32 values (a float32 graph). */
-static int take_codes(Graph *self, PyObject *source) {
+static const Py_buffer *take_codes(Graph *self, PyObject *source) {
     Py_buffer *view = &self->buffers[self->held];
-    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
     self->held++;
     const char *format = item_format(view);
     int bytes = view->itemsize == 1 && strchr("BbcX", format[0]) != NULL && !format[1];
@@ -376,35 +388,64 @@ static int take_codes(Graph *self, PyObject *source) {
     if (!bytes && !self->float_codes) {
         PyErr_Format(PyExc_TypeError, "codes: expected bytes or float32 values, got '%s'",
                      view->format ? view->format : "B");
+        return NULL;
+    }
+    return view;
+}
+
+/* The packed layout's arrays, checked against each other; -1 on error. */
+static int take_packed(Graph *self, PyObject *packed, PyObject *packed_starts,
+                       PyObject *upper_nodes, PyObject *upper_starts) {
+    const Py_buffer *bytes = take_buffer(self, packed, "packed", 1, "BbcX");
+    const Py_buffer *starts =
+        bytes ? take_buffer(self, packed_starts, "packed_starts", 4, "IL") : NULL;
+    const Py_buffer *nodes = starts ? take_buffer(self, upper_nodes, "upper_nodes", 4, "il") : NULL;
+    const Py_buffer *upper = nodes ? take_buffer(self, upper_starts, "upper_starts", 4, "IL") : NULL;
+    if (!upper) return -1;
+    self->packed = bytes->buf;
+    self->packed_starts = starts->buf;
+    self->upper_nodes = nodes->buf;
+    self->upper_starts = upper->buf;
+    self->upper_count = count_of(nodes);
+    if (count_of(starts) != self->nodes + 1 || count_of(upper) != self->upper_count + 1 ||
+        (int64_t)self->packed_starts[self->nodes] + 8 > count_of(bytes) ||
+        (int64_t)self->upper_starts[self->upper_count] > self->neighbor_count) {
+        PyErr_SetString(PyExc_ValueError, "the packed links' arrays do not agree in size");
         return -1;
     }
     return 0;
 }
 
-static Py_ssize_t items(const Graph *self, int which) {
-    return self->buffers[which].len / self->buffers[which].itemsize;
-}
-
 static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"neighbors", "offsets", "levels", "entry_point", "max_level",
-                               "codes", "vmin", "vdiff", "ids", "rows", NULL};
+                               "codes", "vmin", "vdiff", "ids", "rows", "packed",
+                               "packed_starts", "upper_nodes", "upper_starts", NULL};
     PyObject *neighbors, *offsets, *levels, *codes, *vmin, *vdiff, *ids, *rows;
+    PyObject *packed = Py_None, *packed_starts = Py_None, *upper_nodes = Py_None,
+             *upper_starts = Py_None;
     int entry_point, max_level;
     if (self->held) {
         PyErr_SetString(PyExc_RuntimeError, "a Graph is made once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOiiOOOOO", keywords, &neighbors, &offsets,
-                                     &levels, &entry_point, &max_level, &codes, &vmin, &vdiff,
-                                     &ids, &rows))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOiiOOOOO|$OOOO", keywords, &neighbors,
+                                     &offsets, &levels, &entry_point, &max_level, &codes, &vmin,
+                                     &vdiff, &ids, &rows, &packed, &packed_starts, &upper_nodes,
+                                     &upper_starts))
         return -1;
-    if (take_buffer(self, neighbors, "neighbors", 4, "iil") < 0 ||
-        take_buffer(self, offsets, "offsets", 8, "QLK") < 0 ||
-        take_codes(self, codes) < 0 ||
-        take_buffer(self, vmin, "vmin", 4, "f") < 0 ||
-        take_buffer(self, vdiff, "vdiff", 4, "f") < 0 ||
-        take_buffer(self, ids, "ids", 8, "qlL") < 0)
+    int is_packed = packed != Py_None;
+    if ((offsets == Py_None) != is_packed) {
+        PyErr_SetString(PyExc_ValueError, "expected offsets (FAISS's layout) or packed links");
         return -1;
+    }
+    const Py_buffer *links = take_buffer(self, neighbors, "neighbors", 4, "iil");
+    const Py_buffer *starts = links && !is_packed
+                                  ? take_buffer(self, offsets, "offsets", 8, "QLK") : links;
+    const Py_buffer *code_view = starts ? take_codes(self, codes) : NULL;
+    const Py_buffer *low = code_view ? take_buffer(self, vmin, "vmin", 4, "f") : NULL;
+    const Py_buffer *step = low ? take_buffer(self, vdiff, "vdiff", 4, "f") : NULL;
+    const Py_buffer *id_view = step ? take_buffer(self, ids, "ids", 8, "qlL") : NULL;
+    if (!id_view) return -1;
     Py_buffer *matrix = NULL;
     if (rows != Py_None) {
         matrix = &self->buffers[self->held];
@@ -437,15 +478,14 @@ static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
     }
     Py_DECREF(level_list);
 
-    self->neighbors = self->buffers[0].buf;
-    self->offsets = self->buffers[1].buf;
-    self->codes = self->buffers[2].buf;
-    self->vmin = self->buffers[3].buf;
-    self->vdiff = self->buffers[4].buf;
-    self->ids = self->buffers[5].buf;
-    self->nodes = items(self, 5);
-    self->neighbor_count = items(self, 0);
-    self->prefix_dim = (int)items(self, 3);
+    self->neighbors = links->buf;
+    self->codes = code_view->buf;
+    self->vmin = low->buf;
+    self->vdiff = step->buf;
+    self->ids = id_view->buf;
+    self->nodes = count_of(id_view);
+    self->neighbor_count = count_of(links);
+    self->prefix_dim = (int)count_of(low);
     self->code_bytes = self->prefix_dim * (self->float_codes ? 4 : 1);
     if (matrix) {
         self->rows = matrix->buf;
@@ -458,10 +498,15 @@ static int Graph_init(Graph *self, PyObject *args, PyObject *kwargs) {
     }
     self->entry_point = entry_point;
     self->max_level = max_level;
-    if (items(self, 4) != self->prefix_dim || self->prefix_dim < 1 ||
-        self->prefix_dim > self->dim || items(self, 1) != self->nodes + 1 ||
-        items(self, 2) != self->nodes * self->prefix_dim ||
-        (self->nodes && (entry_point < 0 || entry_point >= self->nodes)) ||
+    if (count_of(step) != self->prefix_dim || self->prefix_dim < 1 ||
+        self->prefix_dim > self->dim || count_of(code_view) != self->nodes * self->prefix_dim ||
+        (self->nodes && (entry_point < 0 || entry_point >= self->nodes))) {
+        PyErr_SetString(PyExc_ValueError, "the graph's arrays do not agree in size");
+        return -1;
+    }
+    if (is_packed) return take_packed(self, packed, packed_starts, upper_nodes, upper_starts);
+    self->offsets = starts->buf;
+    if (count_of(starts) != self->nodes + 1 ||
         (self->nodes && self->offsets[self->nodes] > (uint64_t)self->neighbor_count)) {
         PyErr_SetString(PyExc_ValueError, "the graph's arrays do not agree in size");
         return -1;
@@ -513,7 +558,7 @@ static void visited_give(Graph *g, Visited *table) {
 /* Per-call working memory, sized by the call's beam and shortlist. */
 typedef struct {
     float *query, *weights, *beam_dis, *found_dis, *scores;
-    int32_t *beam_ids, *found_ids, *pending;
+    int32_t *beam_ids, *found_ids, *pending, *links;
     uint8_t *beam_expanded;
     int64_t *found_rows;
     int *order;
@@ -545,6 +590,82 @@ static inline int is_allowed(const uint8_t *allowed, int32_t node) {
     return !allowed || (allowed[node >> 3] >> (node & 7)) & 1;
 }
 
+/* ---- links ----------------------------------------------------------------------------------- */
+
+static inline uint64_t load_u64(const uint8_t *p) {
+    uint64_t value;
+    memcpy(&value, p, sizeof value);
+    return value;
+}
+
+/* A node's packed level-0 list: its length n, the bit widths f and w (a byte each), then the
+ * first neighbour's difference from the node, zigzag-coded in f bits, and each next
+ * neighbour's difference from the one before in w bits (the list is sorted ascending), least
+ * significant bit first. Nodes numbered for locality have near numbers, so f and w are small.
+ * Reads up to 8 bytes past the list (the packed array is padded). Writes at most `limit`
+ * neighbours to `out` and returns how many (none for a width over 32: not a packed list). */
+static inline int unpack_list(const uint8_t *p, int32_t node, int limit, int32_t *out) {
+    int count = p[0] < limit ? p[0] : limit, first_bits = p[1], bits = p[2];
+    if (!count || bits > 32 || first_bits > 32) return 0;
+    const uint8_t *stream = p + 3;
+    uint64_t zigzag = load_u64(stream) & ((1ull << first_bits) - 1);
+    int64_t value = (int64_t)node + ((int64_t)(zigzag >> 1) ^ -(int64_t)(zigzag & 1));
+    out[0] = (int32_t)value;
+    uint64_t mask = (1ull << bits) - 1, at = (uint64_t)first_bits;
+    for (int i = 1; i < count; i++, at += (uint64_t)bits) {
+        value += (int64_t)((load_u64(stream + (at >> 3)) >> (at & 7)) & mask);
+        out[i] = (int32_t)value;
+    }
+    return count;
+}
+
+/* The node's level-0 neighbours: a pointer to them (in place, or unpacked into `scratch`) and
+ * their count. */
+static inline int level0_links(const Graph *g, int32_t node, int32_t *scratch,
+                               const int32_t **out) {
+    if (g->packed) {
+        *out = scratch;
+        return unpack_list(g->packed + g->packed_starts[node], node, g->cum[1] - g->cum[0],
+                           scratch);
+    }
+    const int32_t *around = g->neighbors + g->offsets[node] + g->cum[0];
+    int degree = g->cum[1] - g->cum[0], count = 0;
+    while (count < degree && around[count] >= 0) count++;
+    *out = around;
+    return count;
+}
+
+/* Asks for the node's level-0 list ahead of level0_links. */
+static inline void prefetch_links(const Graph *g, int32_t node) {
+    if (g->packed) {
+        prefetch_bytes(g->packed + g->packed_starts[node], 128);
+        return;
+    }
+    prefetch_bytes(g->neighbors + g->offsets[node] + g->cum[0],
+                   sizeof(int32_t) * (size_t)(g->cum[1] - g->cum[0]));
+}
+
+/* The slots of the node's links at `level` >= 1 (-1 after the last): a pointer to the first,
+ * and how many slots the level has. The node has that level. */
+static inline int upper_links(const Graph *g, int32_t node, int level, const int32_t **out) {
+    int slots = g->cum[level + 1] - g->cum[level];
+    if (!g->packed) {
+        *out = g->neighbors + g->offsets[node] + g->cum[level];
+        return slots;
+    }
+    int64_t low = 0, high = g->upper_count;
+    while (low < high) {
+        int64_t middle = (low + high) / 2;
+        if (g->upper_nodes[middle] < node)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low == g->upper_count || g->upper_nodes[low] != node) return 0; /* not an upper node */
+    *out = g->neighbors + g->upper_starts[low] + g->cum[level] - g->cum[1];
+    return slots;
+}
+
 /* The greedy descent through the upper levels from the entry point (FAISS's
  * greedy_update_nearest), then the level-0 walk into `found` (at most `shortlist` nodes).
  * Returns how many were found. */
@@ -555,15 +676,15 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
     for (int level = g->max_level; level >= 1; level--) {
         for (;;) {
             int32_t previous = nearest;
-            uint64_t begin = g->offsets[nearest] + g->cum[level];
-            uint64_t end = g->offsets[nearest] + g->cum[level + 1];
-            for (uint64_t j = begin; j < end; j++) {
-                int32_t v = g->neighbors[j];
+            const int32_t *around = NULL;
+            int slots = upper_links(g, nearest, level, &around);
+            for (int j = 0; j < slots; j++) {
+                int32_t v = around[j];
                 if (v < 0) break;
                 if (v < g->nodes) prefetch_code(g, v);
             }
-            for (uint64_t j = begin; j < end; j++) {
-                int32_t v = g->neighbors[j];
+            for (int j = 0; j < slots; j++) {
+                int32_t v = around[j];
                 if (v < 0) break;
                 if (v >= g->nodes) continue;
                 float d = distance(s, v);
@@ -587,7 +708,6 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
     if (is_allowed(allowed, nearest)) heap_push(&found, nearest_dis, nearest);
     visited->marks[nearest] = mark;
 
-    int degree = g->cum[1] - g->cum[0];
     /* FAISS's stopping rule: stop once efSearch nodes of the beam are closer than the node to
      * expand. A beam of efSearch nodes holds that node itself, so there the rule cannot hold. */
     int may_stop = beam_size > ef_search;
@@ -595,19 +715,17 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
         float d0 = 0;
         int32_t v0 = beam_pop_min(&beam, &d0);
         if (v0 < 0 || (may_stop && beam_count_below(&beam, d0) >= ef_search)) break;
-        const int32_t *around = g->neighbors + g->offsets[v0] + g->cum[0];
+        const int32_t *around = NULL;
+        int count = level0_links(g, v0, w->links, &around);
         /* The next node to expand is most often the one the beam holds now: its neighbour list
-         * is asked for while this node's neighbours are scored (its offset first, so that
+         * is asked for while this node's neighbours are scored (where it starts first, so that
          * reading it below waits less). */
         int32_t next = beam_peek(&beam);
-        if (next >= 0) __builtin_prefetch(g->offsets + next, 0, 3);
-        int count = 0;
-        for (int j = 0; j < degree; j++) {
-            int32_t v = around[j];
-            if (v < 0) break;
-            if (v < g->nodes) __builtin_prefetch(visited->marks + v, 0, 3);
-            count++;
-        }
+        if (next >= 0)
+            __builtin_prefetch(g->packed ? (const void *)(g->packed_starts + next)
+                                         : (const void *)(g->offsets + next), 0, 3);
+        for (int j = 0; j < count; j++)
+            if (around[j] < g->nodes) __builtin_prefetch(visited->marks + around[j], 0, 3);
         int pending = 0;
         for (int j = 0; j < count; j++) {
             int32_t v = around[j];
@@ -616,8 +734,7 @@ static int walk(const Graph *g, const Scorer *s, Visited *visited, const uint8_t
             w->pending[pending++] = v;
         }
         for (int j = 0; j < pending && j < CODES_AHEAD; j++) prefetch_code(g, w->pending[j]);
-        if (next >= 0) prefetch_bytes(g->neighbors + g->offsets[next] + g->cum[0],
-                                      sizeof(int32_t) * (size_t)degree);
+        if (next >= 0) prefetch_links(g, next);
         for (int j = 0; j < pending; j++) {
             int32_t v = w->pending[j];
             if (j + CODES_AHEAD < pending) prefetch_code(g, w->pending[j + CODES_AHEAD]);
@@ -710,6 +827,7 @@ static void work_free(Work *w) {
     free(w->beam_expanded);
     free(w->found_ids);
     free(w->pending);
+    free(w->links);
     free(w->found_rows);
     free(w->order);
 }
@@ -727,8 +845,9 @@ static int work_alloc(Work *w, const Graph *g, int beam_size, int shortlist) {
     w->found_rows = malloc(sizeof(int64_t) * shortlist);
     w->order = malloc(sizeof(int) * shortlist);
     w->pending = malloc(sizeof(int32_t) * (degree > 0 ? degree : 1));
+    w->links = malloc(sizeof(int32_t) * (degree > 0 ? degree : 1));
     return w->query && w->weights && w->beam_dis && w->beam_ids && w->beam_expanded && w->found_dis &&
-           w->found_ids && w->scores && w->found_rows && w->order && w->pending;
+           w->found_ids && w->scores && w->found_rows && w->order && w->pending && w->links;
 }
 
 static int writable(PyObject *source, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count,
@@ -839,6 +958,162 @@ static PyTypeObject GraphType = {
     .tp_methods = Graph_methods,
 };
 
+/* ---- packing links ---------------------------------------------------------------------------- */
+
+static int bit_length(uint64_t value) { return value ? 64 - __builtin_clzll(value) : 0; }
+
+/* One node's level-0 list (-1 after the last of `width` slots) sorted into `sorted`, and the
+ * values unpack_list reads back into `values`; returns the count, and the bit widths of the
+ * first value and of the others in `first_bits` and `bits`. */
+static int list_values(const int32_t *slots, int width, int64_t node, int32_t *sorted,
+                       uint64_t *values, int *first_bits, int *bits) {
+    int count = 0;
+    while (count < width && slots[count] >= 0) {
+        int32_t v = slots[count];
+        int at = count++;
+        while (at > 0 && sorted[at - 1] > v) {
+            sorted[at] = sorted[at - 1];
+            at--;
+        }
+        sorted[at] = v;
+    }
+    uint64_t widest = 0;
+    for (int i = 0; i < count; i++) {
+        int64_t step = i ? (int64_t)sorted[i] - sorted[i - 1] : (int64_t)sorted[0] - node;
+        values[i] = i ? (uint64_t)step : ((uint64_t)step << 1) ^ (uint64_t)(step >> 63);
+        if (i) widest |= values[i];
+    }
+    *first_bits = count ? bit_length(values[0]) : 0;
+    *bits = bit_length(widest);
+    return count;
+}
+
+static Py_ssize_t packed_bytes(int count, int first_bits, int bits) {
+    return 3 + ((Py_ssize_t)first_bits + (Py_ssize_t)(count > 1 ? count - 1 : 0) * bits + 7) / 8;
+}
+
+static PyObject *pack_links(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"neighbors", "offsets", "width", "starts", NULL};
+    PyObject *neighbors, *offsets, *starts;
+    int width;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOiO", keywords, &neighbors, &offsets,
+                                     &width, &starts))
+        return NULL;
+    if (width < 1 || width > 255) {
+        PyErr_SetString(PyExc_ValueError, "width: expected 1 to 255 level-0 slots");
+        return NULL;
+    }
+    Py_buffer links, where, out;
+    if (PyObject_GetBuffer(neighbors, &links, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(offsets, &where, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&links);
+        return NULL;
+    }
+    Py_ssize_t nodes = where.len / 8 - 1;
+    PyObject *packed = NULL;
+    if (nodes < 0 || writable(starts, &out, 4, nodes + 1, "starts") < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "offsets: expected nodes + 1");
+        PyBuffer_Release(&links);
+        PyBuffer_Release(&where);
+        return NULL;
+    }
+    const int32_t *slots = links.buf;
+    const uint64_t *offset = where.buf;
+    uint32_t *start = out.buf;
+    int32_t sorted[255];
+    uint64_t values[255];
+    int first_bits = 0, bits = 0;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t node = 0; node < nodes; node++) {
+        if (offset[node] + (uint64_t)width > (uint64_t)(links.len / 4)) {
+            PyErr_SetString(PyExc_ValueError, "offsets: past the end of neighbors");
+            goto done;
+        }
+        start[node] = (uint32_t)total;
+        int count =
+            list_values(slots + offset[node], width, node, sorted, values, &first_bits, &bits);
+        total += packed_bytes(count, first_bits, bits);
+        if (total > (Py_ssize_t)UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "too many links to pack (over 4 GiB)");
+            goto done;
+        }
+    }
+    start[nodes] = (uint32_t)total;
+    packed = PyBytes_FromStringAndSize(NULL, total + 8); /* padded for unpack_list's reads */
+    if (!packed) goto done;
+    uint8_t *bytes = (uint8_t *)PyBytes_AS_STRING(packed);
+    memset(bytes, 0, (size_t)total + 8);
+    for (Py_ssize_t node = 0; node < nodes; node++) {
+        int count =
+            list_values(slots + offset[node], width, node, sorted, values, &first_bits, &bits);
+        uint8_t *p = bytes + start[node];
+        p[0] = (uint8_t)count;
+        p[1] = (uint8_t)first_bits;
+        p[2] = (uint8_t)bits;
+        uint64_t at = 0;
+        for (int i = 0; i < count; i++) {
+            int size = i ? bits : first_bits;
+            for (int b = 0; b < size; b++, at++)
+                if ((values[i] >> b) & 1) p[3 + (at >> 3)] |= (uint8_t)(1u << (at & 7));
+        }
+    }
+done:
+    PyBuffer_Release(&links);
+    PyBuffer_Release(&where);
+    PyBuffer_Release(&out);
+    return packed;
+}
+
+static PyObject *unpack_links(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"packed", "starts", "offsets", "width", "neighbors", NULL};
+    PyObject *packed, *starts, *offsets, *neighbors;
+    int width;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOiO", keywords, &packed, &starts, &offsets,
+                                     &width, &neighbors))
+        return NULL;
+    Py_buffer bytes, where, offset_view, out;
+    if (PyObject_GetBuffer(packed, &bytes, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(starts, &where, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bytes);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(offsets, &offset_view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bytes);
+        PyBuffer_Release(&where);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(neighbors, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bytes);
+        PyBuffer_Release(&where);
+        PyBuffer_Release(&offset_view);
+        return NULL;
+    }
+    Py_ssize_t nodes = where.len / 4 - 1;
+    const uint32_t *start = where.buf;
+    const uint64_t *offset = offset_view.buf;
+    int failed = width < 1 || width > 255 || nodes < 0 || offset_view.len / 8 != nodes + 1 ||
+                 (nodes >= 0 && (Py_ssize_t)start[nodes] + 8 > bytes.len);
+    for (Py_ssize_t node = 0; !failed && node < nodes; node++) {
+        if (offset[node] + (uint64_t)width > (uint64_t)(out.len / 4) || start[node] > start[nodes]) {
+            failed = 1;
+            break;
+        }
+        int32_t *slots = (int32_t *)out.buf + offset[node];
+        int count = unpack_list((const uint8_t *)bytes.buf + start[node], (int32_t)node, width,
+                                slots);
+        for (int j = count; j < width; j++) slots[j] = -1;
+    }
+    PyBuffer_Release(&bytes);
+    PyBuffer_Release(&where);
+    PyBuffer_Release(&offset_view);
+    PyBuffer_Release(&out);
+    if (failed) {
+        PyErr_SetString(PyExc_ValueError, "the packed links do not fit the offsets given");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *use_kernels(PyObject *module, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
@@ -863,6 +1138,15 @@ static PyObject *kernel_name(PyObject *module, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"kernels", kernel_name, METH_NOARGS, "The kernels in use: avx512, avx2 or portable."},
+    {"pack_links", (PyCFunction)(void (*)(void))pack_links, METH_VARARGS | METH_KEYWORDS,
+     "pack_links(neighbors, offsets, width, starts): FAISS's level-0 links (int32 slots, each "
+     "node's `width` of them from offsets[node], uint64, nodes + 1) bit-packed per node, as "
+     "bytes padded by 8; writes where each node's list starts (and the end) into starts "
+     "(uint32, nodes + 1)."},
+    {"unpack_links", (PyCFunction)(void (*)(void))unpack_links, METH_VARARGS | METH_KEYWORDS,
+     "unpack_links(packed, starts, offsets, width, neighbors): the inverse: writes each node's "
+     "level-0 list back into FAISS's slots of neighbors (int32, writable) from offsets[node], "
+     "-1 after the last of `width`."},
     {"use_kernels", use_kernels, METH_O,
      "use_kernels(name): use these kernels (best, avx512, avx2, portable) from now on, for "
      "every graph; returns the name in use. For tests that compare them."},

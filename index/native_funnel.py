@@ -28,6 +28,7 @@ import faiss
 import numpy as np
 
 from index import native
+from index.packed_links import PackedLinks
 
 _NATIVE = native.load("index._native_funnel")
 
@@ -74,12 +75,15 @@ def rows_of(flat: faiss.Index) -> np.ndarray:
     return matrix
 
 
-def native_graph(base: faiss.Index, refine: faiss.Index | None) -> Any | None:
+def native_graph(
+    base: faiss.Index, refine: faiss.Index | None, links: PackedLinks | None = None
+) -> Any | None:
     """A native view of ``base`` (an ID map over an inner-product ``IndexHNSWFlat``, or an
     ``IndexHNSWSQ`` of 8-bit codes, whose ids are rows of ``refine``) and ``refine``'s rows, or
     None when the native path does not serve them (see the module docstring). Without
     ``refine``, the view is the walk alone: a search returns the best the walk found, scored by
-    their codes, at the graph's own width."""
+    their codes, at the graph's own width. With ``links``, the walk reads those packed links
+    (:mod:`index.packed_links`) instead of FAISS's, which may have been released."""
     if _NATIVE is None or not isinstance(base, faiss.IndexIDMap) or not base.ntotal:
         return None
     graph = faiss.downcast_index(base.index)
@@ -105,9 +109,23 @@ def native_graph(base: faiss.Index, refine: faiss.Index | None) -> Any | None:
             vmin, vdiff = trained[:dim].copy(), trained[dim:].copy()
     hnsw: Any = graph.hnsw  # the stubs lack HNSW's arrays
     id_map: Any = base.id_map
+    layout: dict[str, np.ndarray | None]
+    if links is None:
+        layout = {
+            "neighbors": faiss.rev_swig_ptr(hnsw.neighbors.data(), hnsw.neighbors.size()),
+            "offsets": faiss.rev_swig_ptr(hnsw.offsets.data(), nodes + 1),
+        }
+    else:
+        layout = {
+            "neighbors": links.upper,
+            "offsets": None,
+            "packed": links.packed,
+            "packed_starts": links.starts,
+            "upper_nodes": links.upper_nodes,
+            "upper_starts": links.upper_starts,
+        }
     return _NATIVE.Graph(
-        neighbors=faiss.rev_swig_ptr(hnsw.neighbors.data(), hnsw.neighbors.size()),
-        offsets=faiss.rev_swig_ptr(hnsw.offsets.data(), nodes + 1),
+        **layout,
         levels=faiss.vector_to_array(hnsw.cum_nneighbor_per_level).tolist(),
         entry_point=int(hnsw.entry_point),
         max_level=int(hnsw.max_level),

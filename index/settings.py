@@ -88,6 +88,14 @@ class StorageSettings(BaseSettings):
         "memory loads (where its extension is built: /info says which); false: through FAISS's "
         "walk and refine, with the same answers",
     )
+    hnsw_packed_links: bool = Field(
+        False,
+        description="a natively walked graph keeps its links packed while it is only read "
+        "(from opening, a rebuild or a snapshot to the next write): each node's bottom-level "
+        "list sorted and bit-packed, about a quarter of FAISS's link bytes (60-70 B per "
+        "document instead of 268 at M 32), at about the same walk speed (/info's index bytes "
+        "count what the graph holds now)",
+    )
     first_stage: FirstStageSource = Field(
         "settings",
         description="C2F's first stage: from these settings (the bundle's measured shortlist "
@@ -194,6 +202,7 @@ class StorageSettings(BaseSettings):
             ef_search=self.hnsw_ef_search,
             storage=self.hnsw_storage,
             native_walk=self.hnsw_native_walk,
+            packed_links=self.hnsw_packed_links,
         )
 
     def first_stage_choice(

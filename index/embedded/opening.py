@@ -162,6 +162,7 @@ class Opening(CollectionState):
             if index is None:
                 assert live is not None
                 self._indexes[name] = self._build(spec, live)
+                self._indexes[name].seal()  # not published yet: no search runs on it
                 continue
             if removed.size:
                 index.remove(removed)
@@ -170,6 +171,7 @@ class Opening(CollectionState):
             fresh = index.replacement()
             replaced = replaced or fresh is not None
             self._indexes[name] = fresh or index
+            self._indexes[name].seal()
         self._applied = changes.counter
         self._names = self._open_names(loaded, changes)
         self._recovery = DiskRecovery(

@@ -197,4 +197,6 @@ class Snapshotting(CollectionState):
                     self._applied, self._store.store_id, self._store.live_row_ids()
                 )
             self._store.prune_changes(self._applied)
+            for index in self._indexes.values():  # written: lean again until the next write
+                index.seal(self._lock.write())
             return self._applied

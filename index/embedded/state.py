@@ -109,6 +109,7 @@ class CollectionState:
         for name, index in list(self._indexes.items()):
             fresh = index.replacement(snapshot)
             if fresh is not None:
+                fresh.seal()  # not published yet: no search runs on it
                 with self._lock.write():
                     self._indexes[name] = fresh
 
