@@ -12,14 +12,16 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
   One engine row per first stage of ``--fractal-stages``
-  (``PREFIX-STORAGE[-mM][-insertion][-faiss]``:
+  (``PREFIX-STORAGE[-mM][-insertion][-faiss][-packed]``:
   the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
   every engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
   stage there, as the service's measured choice would be. The graph's nodes are numbered for
   locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
   ``-insertion`` keeps them in insertion order instead, and one ending in ``-faiss`` is walked
   and re-ranked by FAISS's ``IndexRefine`` instead of Fractal's own native walk
-  (:mod:`index.native_funnel`): rows for comparison, never Fractal's choice;
+  (:mod:`index.native_funnel`): rows for comparison, never Fractal's choice; one ending in
+  ``-packed`` keeps the graph's links packed (``FRACTAL_HNSW_PACKED_LINKS``,
+  :mod:`index.packed_links`) as the service may serve it;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -115,9 +117,9 @@ class Settings:
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
     fractal_stages: tuple[str, ...] = option(
         ("192-sq8-m16", "192-sq8", "256-sq8"),
-        "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion][-faiss] (M: every engine's; "
-        "insertion: nodes left in insertion order; faiss: FAISS's walk, not Fractal's own; "
-        "both comparison rows), comma-separated",
+        "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion][-faiss][-packed] (M: every "
+        "engine's; packed: links packed; insertion, nodes left in insertion order, and faiss, "
+        "FAISS's walk, not Fractal's own: rows for comparison), comma-separated",
     )
     m: int = option(32, "graph degree (M, connectivity) of every engine")
     ef_construction: int = option(100, "beam width while building, every engine")
@@ -149,7 +151,7 @@ SMOKE = Settings(
     documents=3_000,
     queries=40,
     dim=64,
-    fractal_stages=("32-sq8-m8", "64-sq8", "64-sq8-insertion", "64-sq8-faiss"),
+    fractal_stages=("32-sq8-m8", "64-sq8", "64-sq8-packed", "64-sq8-insertion", "64-sq8-faiss"),
     m=16,
     ef_construction=40,
     ef_values=(16, 64),
@@ -214,6 +216,12 @@ native walk (:mod:`index.native_funnel`): a row beside the served one."""
 COMPARISON_ROWS = (INSERTION_ORDER, FAISS_WALK)
 """Stage endings that make a row for comparison, never Fractal's choice at a floor."""
 
+PACKED_LINKS = "packed"
+"""The last part of a Fractal stage served with its links packed (``FRACTAL_HNSW_PACKED_LINKS``,
+:mod:`index.packed_links`)."""
+
+STAGE_ENDINGS = (*COMPARISON_ROWS, PACKED_LINKS)
+
 
 class Stage(NamedTuple):
     """A Fractal engine's first stage and how it is served."""
@@ -223,16 +231,17 @@ class Stage(NamedTuple):
     m: int
     locality: bool
     native_walk: bool
+    packed_links: bool
 
 
 def _stage(name: str, default_m: int, dim: int) -> Stage:
     """The first stage of a Fractal engine named
-    ``fractal:PREFIX-STORAGE[-mM][-insertion][-faiss]`` (without ``-mM``: every engine's M; with
-    ``-insertion``: nodes left in insertion order; with ``-faiss``: FAISS's walk); SystemExit
-    naming the form if it is not."""
+    ``fractal:PREFIX-STORAGE[-mM][-insertion][-faiss][-packed]`` (without ``-mM``: every
+    engine's M; with ``-insertion``: nodes left in insertion order; with ``-faiss``: FAISS's
+    walk; with ``-packed``: its links packed); SystemExit naming the form if it is not."""
     parts = name.removeprefix("fractal:").split("-")
     endings = set()
-    while len(parts) > 2 and parts[-1] in COMPARISON_ROWS and parts[-1] not in endings:
+    while len(parts) > 2 and parts[-1] in STAGE_ENDINGS and parts[-1] not in endings:
         endings.add(parts.pop())
     degree = parts[2] if len(parts) == 3 else f"m{default_m}"
     if (
@@ -244,7 +253,8 @@ def _stage(name: str, default_m: int, dim: int) -> Stage:
     ):
         raise SystemExit(
             f"error: fractal stage {name.removeprefix('fractal:')!r} is not "
-            f"PREFIX-STORAGE[-mM][-{INSERTION_ORDER}][-{FAISS_WALK}] with a prefix up to {dim}, "
+            f"PREFIX-STORAGE[-mM][-{INSERTION_ORDER}][-{FAISS_WALK}][-{PACKED_LINKS}] with a "
+            f"prefix up to {dim}, "
             f"storage {', '.join(SQ_QUANTIZERS)} and a degree M"
         )
     return Stage(
@@ -253,6 +263,7 @@ def _stage(name: str, default_m: int, dim: int) -> Stage:
         int(degree[1:]),
         INSERTION_ORDER not in endings,
         FAISS_WALK not in endings,
+        PACKED_LINKS in endings,
     )
 
 
@@ -275,6 +286,7 @@ def fractal(
         ef_construction=settings.ef_construction,
         storage=stage.storage,
         native_walk=stage.native_walk,
+        packed_links=stage.packed_links,
         **({} if stage.locality else {"locality_from": len(base) + 1}),
     )
 

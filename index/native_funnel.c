@@ -1051,10 +1051,10 @@ static PyObject *pack_links(PyObject *module, PyObject *args, PyObject *kwargs) 
         p[1] = (uint8_t)first_bits;
         p[2] = (uint8_t)bits;
         uint64_t at = 0;
-        for (int i = 0; i < count; i++) {
-            int size = i ? bits : first_bits;
-            for (int b = 0; b < size; b++, at++)
-                if ((values[i] >> b) & 1) p[3 + (at >> 3)] |= (uint8_t)(1u << (at & 7));
+        for (int i = 0; i < count; i++) { /* a value (<= 32 bits) shifted by < 8 fits a word */
+            uint64_t word = load_u64(p + 3 + (at >> 3)) | values[i] << (at & 7);
+            memcpy(p + 3 + (at >> 3), &word, sizeof word);
+            at += (uint64_t)(i ? bits : first_bits);
         }
     }
 done:

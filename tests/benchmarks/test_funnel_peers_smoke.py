@@ -21,9 +21,10 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
     assert [(e["engine"], e["huge_pages"]) for e in report["engines"]] == [
         (name, mode) for name in names for mode in ("off", "on")
     ]
-    assert names[:4] == [
+    assert names[:5] == [
         "fractal:32-sq8-m8",
         "fractal:64-sq8",
+        "fractal:64-sq8-packed",
         "fractal:64-sq8-insertion",
         "fractal:64-sq8-faiss",
     ]
@@ -48,12 +49,15 @@ def test_funnel_peers_smoke_run(tmp_path: Path) -> None:
         assert mapped > 0 if engine["engine"] == "qdrant_int8" else mapped == 0, engine["engine"]
         if engine["engine"].startswith("fractal"):  # the call, and the Python around it
             assert all(r["index_p50_us"] > 0 and r["around_p50_us"] > 0 for r in engine["sweep"])
-    # Fractal's own walk and FAISS's walk the same graph to the same answers (up to rounding).
+    # Fractal's own walk, over FAISS's links or packed ones, and FAISS's walk the same graph to
+    # the same answers (up to rounding).
     by_name = {(e["engine"], e["huge_pages"]): e for e in report["engines"]}
     for mode in ("off", "on"):
-        native, faiss_walk = (by_name[f"fractal:64-sq8{end}", mode] for end in ("", "-faiss"))
-        for ours, theirs in zip(native["sweep"], faiss_walk["sweep"], strict=True):
-            assert abs(ours["recall_at_10"] - theirs["recall_at_10"]) <= 0.01, (ours, theirs)
+        native = by_name["fractal:64-sq8", mode]
+        for other in ("-faiss", "-packed"):
+            rows = by_name[f"fractal:64-sq8{other}", mode]["sweep"]
+            for ours, theirs in zip(native["sweep"], rows, strict=True):
+                assert abs(ours["recall_at_10"] - theirs["recall_at_10"]) <= 0.01, (ours, theirs)
     # Every peer's widest setting finds nearly all of the true neighbours of these toy clusters
     # (3,000 points: a graph walk at efSearch 64 is close to exhaustive).
     for engine in report["engines"]:

@@ -5,6 +5,7 @@ graph that packed them adds, saves, renumbers and reopens as one that never did.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import faiss
@@ -189,3 +190,13 @@ def test_a_collection_packs_its_graph_when_opened_and_after_a_snapshot(
     assert packed(reopened)
     assert reopened.get("late") is not None
     assert ids(reopened, vectors[1:8]) == before[1:]
+
+
+def test_the_walk_refuses_packed_links_that_do_not_fit_the_graph(rng: np.random.Generator) -> None:
+    graph, _, _ = _graph(rng, count=1200)
+    mapped = graph.faiss_index
+    links = packed_links.pack(faiss.downcast_index(mapped.index).hnsw)
+    with pytest.raises(ValueError, match="do not agree"):
+        native_funnel.native_graph(mapped, None, replace(links, starts=links.starts[:-1]))
+    with pytest.raises(ValueError, match="do not agree"):
+        native_funnel.native_graph(mapped, None, replace(links, packed=links.packed[:-9]))
