@@ -111,12 +111,15 @@ def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
     assert len(found) == 5
 
 
-def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_and_walk() -> None:
-    assert funnel_peers._stage("fractal:192-sq8", 32, 256) == (192, "sq8", 32, True, True)
-    assert funnel_peers._stage("256-sq4-m16-insertion", 32, 256) == (256, "sq4", 16, False, True)
-    assert funnel_peers._stage("256-sq8-faiss", 32, 256) == (256, "sq8", 32, True, False)
-    both = funnel_peers._stage("64-sq8u-m8-faiss-insertion", 32, 256)
-    assert both == (64, "sq8u", 8, False, False)
-    for bad in ("300-sq8", "192-pq", "192-sq8-16", "192-sq8-m16-random", "sq8", "64-sq8-faiss-"):
+def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_walk_and_links() -> None:
+    stage = funnel_peers._stage
+    assert stage("fractal:192-sq8", 32, 256) == (192, "sq8", 32, True, True, False)
+    assert stage("256-sq4-m16-insertion", 32, 256) == (256, "sq4", 16, False, True, False)
+    assert stage("256-sq8-faiss", 32, 256) == (256, "sq8", 32, True, False, False)
+    assert stage("256-sq8-m16-packed", 32, 256) == (256, "sq8", 16, True, True, True)
+    both = stage("64-sq8u-m8-faiss-insertion", 32, 256)
+    assert both == (64, "sq8u", 8, False, False, False)
+    bad_names = ("300-sq8", "192-pq", "192-sq8-16", "192-sq8-m16-random", "sq8", "64-sq8-faiss-")
+    for bad in (*bad_names, "64-sq8-packed-packed"):
         with pytest.raises(SystemExit, match="is not PREFIX-STORAGE"):
             funnel_peers._stage(bad, 32, 256)
