@@ -7,18 +7,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from index import Collection
+from index import Collection, HnswParams
 from index.embedded import FilterParams
 from index.embedded.writing import CHUNK
 from index.filters import parse_filter
 from index.locking import ReadWriteLock
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["faiss-links", "packed-links"])
 def test_searches_during_upserts_and_deletes_return_only_real_documents(
-    tmp_path: Path, rng: np.random.Generator
+    tmp_path: Path, rng: np.random.Generator, packed: bool
 ) -> None:
-    collection = Collection(tmp_path, 32, (8, 32), ("exact", "hnsw"), fragment_dim=8)
+    """With packed links each round ends in a snapshot, after which the graph packs its links
+    while searches run (and the next write unpacks them)."""
+    hnsw = HnswParams(packed_links=packed)
+    collection = Collection(tmp_path, 32, (8, 32), ("exact", "hnsw"), hnsw, fragment_dim=8)
     initial = [f"d{i}" for i in range(300)]
     collection.upsert(initial, ["t"] * 300, rng.standard_normal((300, 32)))
     ever_written = set(initial)
@@ -30,6 +35,8 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
             ever_written.update(names)
             collection.upsert(names, ["t"] * len(names), local.standard_normal((41, 32)))
             collection.delete([f"d{100 + round_}", f"r{round_ - 1}-0"])
+            if packed:
+                collection.snapshot()
 
     def search_once(local: np.random.Generator, _: int) -> None:
         queries = local.standard_normal((3, 32)).astype(np.float32)
@@ -52,6 +59,8 @@ def test_searches_during_upserts_and_deletes_return_only_real_documents(
     stats = collection.stats()
     assert stats.documents == len(live)
     assert all(entry["vectors"] == len(live) for entry in stats.indexes.values())
+    graphs = [entry for name, entry in stats.indexes.items() if name.endswith("-hnsw")]
+    assert graphs and all(entry["links_packed"] == packed for entry in graphs)
     final = collection.search(rng.standard_normal((5, 32)), 50, 32, "hnsw").hits
     assert all(hit.id in live and collection.get(hit.id) for row in final for hit in row)
 
