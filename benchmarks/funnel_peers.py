@@ -15,7 +15,9 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   (``PREFIX-STORAGE[-mM][-insertion][-faiss][-packed]``:
   the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
   every engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
-  stage there, as the service's measured choice would be. The graph's nodes are numbered for
+  stage there among those whose resident memory is within the peers' bound (Qdrant's, and a
+  third of ``faiss_flat``'s; among all stages where none is), as the service's measured choice
+  within a memory budget would be. The graph's nodes are numbered for
   locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
   ``-insertion`` keeps them in insertion order instead, and one ending in ``-faiss`` is walked
   and re-ranked by FAISS's ``IndexRefine`` instead of Fractal's own native walk
@@ -38,7 +40,9 @@ thread; recall@10 is against exact search at the full dimension. The engines:
 
 Each engine builds and saves its index in one fresh process, then opens the saved index and
 answers every query at every knob setting in another (so that no memory the build freed is reused
-unseen). Memory is the growth of the second process's ``RssAnon`` (anonymous) and ``RssFile``
+unseen). Every engine is built before any is measured, and the measuring processes take the
+engines in turn (reversed each repeat), so that a drift of the machine falls on all of them.
+Memory is the growth of the second process's ``RssAnon`` (anonymous) and ``RssFile``
 (file-backed) from just before the index is opened to after the queries; the base vectors and
 queries are loaded before it, so they count in neither (code pages a first search touches do,
 a constant that vanishes per document at scale). The memory targets count what must stay
@@ -102,6 +106,8 @@ GRAPH_FILES = {"qdrant_int8": "qdrant/segments/*/vector_index-*/links*.bin"}
 """Per engine that maps its graph from a file rather than holding it in anonymous memory, the
 pattern of those files under its folder: the graph must stay resident wherever it lives, so
 their size counts as resident memory (every other engine's graph is in its anonymous memory)."""
+MEMORY_BOUNDS = (("qdrant_int8", 1.0), ("faiss_flat", 1 / 3))
+"""The peers whose resident memory per document, times the share, bounds Fractal's."""
 TARGET_P50_RATIO = 0.8
 """Fractal's p50 at each floor must be at most this times the fastest peer's."""
 HUGE_PAGES = ("off", "on")
@@ -680,13 +686,28 @@ def operating_points(engine: dict) -> dict[str, dict | None]:
     return points
 
 
-def fractal_points(engines: Sequence[dict]) -> dict[str, dict | None]:
-    """Per recall floor, Fractal's fastest first stage reaching it (its engine named)."""
+def memory_bound(engines: Sequence[dict]) -> float | None:
+    """The resident bytes per document Fractal must stay within: Qdrant's and a third of FAISS
+    HNSW,Flat's, the lower of those measured (None when neither ran)."""
+    by_name = {engine["engine"]: engine for engine in engines}
+    bounds = [
+        share * resident_bytes_per_doc(by_name[name])
+        for name, share in MEMORY_BOUNDS
+        if name in by_name
+    ]
+    return min(bounds, default=None)
+
+
+def fractal_points(engines: Sequence[dict], bound: float | None = None) -> dict[str, dict | None]:
+    """Per recall floor, Fractal's fastest first stage reaching it (its engine named), among the
+    stages whose resident memory is within ``bound`` (among all where none is)."""
     ours = [
         engine
         for engine in engines
         if engine["engine"].startswith("fractal") and not _comparison_row(engine["engine"])
     ]
+    within = [e for e in ours if bound is None or resident_bytes_per_doc(e) <= bound]
+    ours = within or ours
     points: dict[str, dict | None] = {}
     for floor in map(str, FLOORS):
         reaching = [
@@ -699,7 +720,7 @@ def fractal_points(engines: Sequence[dict]) -> dict[str, dict | None]:
 def targets(engines: Sequence[dict]) -> list[dict]:
     by_name = {engine["engine"]: engine for engine in engines}
     found: list[dict] = []
-    chosen = fractal_points(engines)
+    chosen = fractal_points(engines, memory_bound(engines))
     peers = [engine for name, engine in by_name.items() if not name.startswith("fractal")]
     if len(peers) == len(engines) or not peers:
         return found
@@ -733,14 +754,11 @@ def targets(engines: Sequence[dict]) -> list[dict]:
         return found
     fractal = by_name[first["engine"]]
     resident = resident_bytes_per_doc(fractal)
-    bounds = [
-        (by_name.get("qdrant_int8"), 1.0, "Qdrant's"),
-        (by_name.get("faiss_flat"), 1 / 3, "a third of FAISS HNSW,Flat's"),
-    ]
-    for peer, share, whose in bounds:
-        if peer is None:
+    for name, share in MEMORY_BOUNDS:
+        if name not in by_name:
             continue
-        theirs = share * resident_bytes_per_doc(peer)
+        theirs = share * resident_bytes_per_doc(by_name[name])
+        whose = "Qdrant's" if share == 1 else "a third of FAISS HNSW,Flat's"
         found.append(
             {
                 "target": f"memory that must stay resident per document (anonymous, plus the "
@@ -814,22 +832,26 @@ def run(settings: Settings, progress: Progress) -> dict:
                 raise RuntimeError(f"{name}: the {step} process exited {process.exitcode}")
             return json.loads(answer.read_text(encoding="utf-8"))
 
-        for name in engine_names(settings):
-            folder = work / name.replace(":", "-")
-            folder.mkdir()
+        names = engine_names(settings)
+        folders = {name: work / name.replace(":", "-") for name in names}
+        built = {}
+        for name in names:
+            folders[name].mkdir()
             with _malloc("off"):
-                built = child("build", name, folder)
-            runs: dict[str, list[dict]] = {mode: [] for mode in settings.huge_pages}
-            for repeat in range(settings.repeats):
-                order = settings.huge_pages[:: -1 if repeat % 2 else 1]
-                for mode in order:
+                built[name] = child("build", name, folders[name])
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for repeat in range(settings.repeats):
+            for name in names[:: -1 if repeat % 2 else 1]:
+                for mode in settings.huge_pages[:: -1 if repeat % 2 else 1]:
                     with _malloc(mode):
-                        runs[mode].append(child("measure", name, folder))
+                        runs.setdefault((name, mode), []).append(
+                            child("measure", name, folders[name])
+                        )
+        for name in names:
             for mode in settings.huge_pages:
-                engine = built | _merged(runs[mode]) | {"huge_pages": mode}
+                engine = built[name] | _merged(runs[name, mode]) | {"huge_pages": mode}
                 engine["points"] = operating_points(engine)
                 engines.append(engine)
-            shutil.rmtree(folder, ignore_errors=True)
     found = []
     for mode in settings.huge_pages:
         for target in targets([e for e in engines if e["huge_pages"] == mode]):
@@ -931,8 +953,10 @@ def markdown(report: dict) -> str:
                     f"IVF nprobe over {settings['nprobe_values']}, "
                     f"factors over {settings['factors']}; Fractal's first stages (prefix-codes) "
                     f"{', '.join(settings['fractal_stages'])}, each an engine row, the fastest "
-                    "reaching a floor its choice there (the targets)",
-                    "each engine built, saved and reopened in a fresh process; RAM is that "
+                    "reaching a floor within the peers' memory bound (Qdrant's resident memory "
+                    "and a third of FAISS HNSW,Flat's) its choice there (the targets)",
+                    "each engine built and saved, then reopened in a fresh process, the engines "
+                    "measured in turn; RAM is that "
                     "process's RssAnon and RssFile growth from before opening the saved index "
                     "to after the queries; resident is what must stay in memory: the anonymous "
                     "memory, plus the graph where the engine maps it from a file (Qdrant's "

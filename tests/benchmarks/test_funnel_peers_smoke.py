@@ -81,18 +81,20 @@ def test_an_engine_is_represented_by_its_fastest_setting_reaching_each_floor() -
     assert points["0.99"] is None
 
 
-def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
-    def engine(name: str, p50: float, p99: float, memory: float, graph_file: float = 0.0) -> dict:
-        row = {"ef": 1, "recall_at_10": 0.995, "p50_us": p50, "p99_us": p99}
-        return {
-            "engine": name,
-            "sweep": [row],
-            "points": {str(floor): row for floor in funnel_peers.FLOORS},
-            "anon_bytes_per_doc": memory,
-            "file_bytes_per_doc": 500.0,  # vectors read to re-rank: not resident by need
-            "graph_file_bytes_per_doc": graph_file,
-        }
+def _engine(name: str, p50: float, p99: float, memory: float, graph_file: float = 0.0) -> dict:
+    row = {"ef": 1, "recall_at_10": 0.995, "p50_us": p50, "p99_us": p99}
+    return {
+        "engine": name,
+        "sweep": [row],
+        "points": {str(floor): row for floor in funnel_peers.FLOORS},
+        "anon_bytes_per_doc": memory,
+        "file_bytes_per_doc": 500.0,  # vectors read to re-rank: not resident by need
+        "graph_file_bytes_per_doc": graph_file,
+    }
 
+
+def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
+    engine = _engine
     engines = [
         engine("fractal:192-sq8", 90.0, 150.0, 250.0),
         engine("fractal:256-sq8", 80.0, 150.0, 300.0),  # Fractal's choice: the faster stage
@@ -109,6 +111,23 @@ def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
     assert found[3]["met"] is True and found[3]["reached"] == "300 B vs 340 B"
     assert found[4]["met"] is False and found[4]["reached"] == "300 B vs 200 B"
     assert len(found) == 5
+
+
+def test_fractals_choice_is_its_fastest_stage_within_the_peers_memory_bound() -> None:
+    engines = [
+        _engine("fractal:256-sq8", 70.0, 150.0, 500.0),  # faster, but above both bounds
+        _engine("fractal:256-sq8-packed", 85.0, 150.0, 190.0),  # within them: the choice
+        _engine("faiss_flat", 120.0, 140.0, 600.0),
+        _engine("qdrant_int8", 100.0, 200.0, 280.0, graph_file=60.0),
+    ]
+    assert funnel_peers.memory_bound(engines) == 200.0
+    found = funnel_peers.targets(engines)
+    assert found[0]["reached"].startswith("fractal:256-sq8-packed: 0.85× qdrant_int8")
+    assert [target["met"] for target in found] == [False, False, False, True, True]
+    assert found[4]["reached"] == "190 B vs 200 B"
+    # With no stage within the bound, the fastest of all is the choice (and misses memory).
+    over = [_engine("fractal:256-sq8", 70.0, 150.0, 500.0), *engines[2:]]
+    assert funnel_peers.targets(over)[0]["reached"].startswith("fractal:256-sq8: 0.70×")
 
 
 def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_walk_and_links() -> None:
