@@ -123,7 +123,7 @@ def _head_scores(data: PreparedData, config: TrainConfig) -> dict:
     train_labels, test_labels = data.splits.train.labels, data.splits.test.labels
     knn = knn_accuracy_table(corpus, train_labels, queries, test_labels, PREFIX_DIMS)
     neighbours = prefix_neighbours(corpus, queries, PREFIX_DIMS[0], K)
-    shortlist = measure_shortlist(corpus, queries, PREFIX_DIMS)
+    shortlist = measure_shortlist(corpus, queries, PREFIX_DIMS, first_stage=False)
     chosen = next((row for row in shortlist.rows if row.dim == shortlist.shortlist_dim), None)
     choice = shortlist.shortlist_ks.index(shortlist.choice_k)
     return {

@@ -247,12 +247,14 @@ def _bundle(settings: Settings) -> Manifest:
     manifest = load_bundle(settings.bundle)
     served = set(manifest.prefix_dims)
     if manifest.dim != settings.dim or manifest.coarse_dim != settings.coarse_dim:
-        raise ValueError(
-            f"bundle {settings.bundle} serves {manifest.coarse_dim} → {manifest.dim}, the run "
-            f"measures {settings.coarse_dim} → {settings.dim}"
+        raise SystemExit(
+            f"error: bundle {settings.bundle} serves {manifest.coarse_dim} → {manifest.dim}, "
+            f"the run measures {settings.coarse_dim} → {settings.dim}"
         )
     if not served >= set(settings.shortlist_dims):
-        raise ValueError(f"bundle {settings.bundle} has no prefix {set(settings.shortlist_dims)}")
+        raise SystemExit(
+            f"error: bundle {settings.bundle} has no prefix {set(settings.shortlist_dims)}"
+        )
     return manifest
 
 
@@ -267,13 +269,15 @@ def with_shortlist_dims(settings: Settings, real: LabelledReal, progress: Progre
         progress(f"C2F shortlist prefix: {dims[0]} (the bundle's)")
     else:
         prefixes = [*range(settings.coarse_dim, settings.dim, settings.coarse_dim), settings.dim]
-        measured = measure_shortlist(real.base.vectors, real.queries.vectors, prefixes)
+        measured = measure_shortlist(
+            real.base.vectors, real.queries.vectors, prefixes, first_stage=False
+        )
         dims = (measured.shortlist_dim,)
         progress(f"C2F shortlist prefix: {dims[0]} (measured on the real vectors)")
     if max(dims) >= settings.dim:
-        raise ValueError(
-            f"the C2F shortlist prefixes {list(dims)} must be below {settings.dim}: at the full "
-            "dimension C2F is plain search (no prefix reached the recall bar); pass "
+        raise SystemExit(
+            f"error: the C2F shortlist prefixes {list(dims)} must be below {settings.dim}: at "
+            "the full dimension C2F is plain search (no prefix reached the recall bar); pass "
             "--shortlist-dims"
         )
     return replace(settings, shortlist_dims=tuple(dims))
@@ -1042,9 +1046,11 @@ def keep_index(folder: Path, settings: Settings, n: int) -> None:
 
 def run(settings: Settings, progress: Progress) -> dict:
     if settings.keep_index is not None and settings.bundle is None:
-        raise ValueError("--keep-index needs --bundle: the service serves the kept folder for it")
+        raise SystemExit(
+            "error: --keep-index needs --bundle: the service serves the kept folder for it"
+        )
     if settings.shortlist_dims and max(settings.shortlist_dims) >= settings.dim:
-        raise ValueError(f"every --shortlist-dims must be below {settings.dim}")
+        raise SystemExit(f"error: every --shortlist-dims must be below {settings.dim}")
     if settings.bundle is not None:
         manifest = _bundle(settings)
         if (

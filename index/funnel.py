@@ -3,8 +3,9 @@ re-ranked exactly at the full dimension.
 
 Two native paths do this, with the same answers up to rounding:
 
-- for an HNSW graph of 8-bit codes (``sq8``, ``sq8u``: the fine route's storages), Fractal's
-  own walk and re-rank (:mod:`index.native_funnel`), which overlaps the walk's memory loads;
+- for an HNSW graph of float32 values or 8-bit codes (``flat``, ``sq8``, ``sq8u``), Fractal's
+  own walk and re-rank (:mod:`index.native_funnel`), which overlaps the walk's memory loads and
+  reads the graph's links where they are packed (:mod:`index.packed_links`);
 - for every other prefix index, and where that extension is not built, FAISS's own
   ``IndexRefine``.
 

@@ -124,5 +124,5 @@ def test_the_shortlist_graph_defaults_to_the_bundle_s_shortlist_prefix(tmp_path:
         128,
     )
     # Isotropic vectors: no prefix below 256 reaches the bar, and C2F has no graph to sweep.
-    with pytest.raises(ValueError, match="pass --shortlist-dims"):
+    with pytest.raises(SystemExit, match="pass --shortlist-dims"):
         scale.with_shortlist_dims(scale.Settings(), real_set(signal / signal.std(0)), quiet)

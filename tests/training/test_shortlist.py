@@ -66,7 +66,7 @@ def test_a_first_prefix_that_decides_the_neighbours_is_chosen() -> None:
         signal, noise = _gaussian(seed, count, BLOCK), _gaussian(seed + 10, count, 2 * BLOCK)
         return np.hstack([signal, TINY * noise])
 
-    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS)
+    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS, first_stage=False)
     assert measured.shortlist_dim == 8 and measured.reached
     assert all(value >= RECALL_TARGET for row in measured.rows for value in row.recall)
 
@@ -79,7 +79,7 @@ def test_a_noise_first_prefix_makes_a_larger_prefix_the_shortlist() -> None:
         signal = _gaussian(seed, count, BLOCK)
         return np.hstack([TINY * _gaussian(seed + 10, count, BLOCK), signal, signal])
 
-    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS)
+    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS, first_stage=False)
     noise_row, signal_row = measured.rows
     # Pure noise: about the chance of a random shortlist, k′ / documents.
     assert noise_row.recall[1] < 0.2
@@ -94,7 +94,7 @@ def test_no_prefix_reaching_the_target_leaves_the_full_dimension() -> None:
         noise = TINY * _gaussian(seed + 10, count, 2 * BLOCK)
         return np.hstack([noise, _gaussian(seed, count, BLOCK)])
 
-    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS)
+    measured = measure_shortlist(*_embeddings(rows), PREFIX_DIMS, first_stage=False)
     assert measured.shortlist_dim == 24 and not measured.reached
     record = measured.to_json()
     assert record["shortlist_dim"] == 24 and [r["dim"] for r in record["recall_at_k"]] == [8, 16]
