@@ -9,8 +9,9 @@ searched the way the service searches: the native funnel (:mod:`index.funnel`) w
 for a shortlist of ``k × factor`` and re-ranks it exactly at the full dimension against float16
 full vectors, one query per call on one thread. Every (efSearch, factor) pair of a small sweep
 gives an operating point: recall@k against exact full-dimension search, p50 and p99 latency,
-and the bytes per document that must stay resident (the graph's codes and links; the full
-vectors are file-backed in the service).
+and the bytes per document that must stay resident (the graph's codes and links, packed where
+the service would pack them: :meth:`index.faiss_indexes.HnswIndex.seal`; the full vectors are
+file-backed in the service).
 
 The choice for a recall floor is the fastest point (p50) that reaches it within the resident
 budget per document; none when no point does. Latency measured on a bundle's corpus (thousands
@@ -22,7 +23,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, cast
 
 import faiss
 import numpy as np
@@ -159,13 +159,9 @@ def _graph(corpus: np.ndarray, candidate: Candidate) -> faiss.IndexIDMap:
     return mapped
 
 
-def _resident_bytes(mapped: faiss.IndexIDMap) -> float:
-    """Codes and links per node."""
-    graph = cast(faiss.IndexHNSW, faiss.downcast_index(mapped.index))
-    hnsw: Any = graph.hnsw  # the stubs lack HNSW's arrays
-    codes = graph.storage.sa_code_size() * graph.ntotal
-    links = 4 * hnsw.neighbors.size() + 4 * hnsw.levels.size() + 8 * hnsw.offsets.size()
-    return (codes + links) / max(graph.ntotal, 1)
+def _resident_bytes(index: HnswIndex) -> float:
+    """Codes and links per node: the graph's bytes less its id map's 8 per node."""
+    return index.nbytes() / max(len(index), 1) - 8
 
 
 def _sweep(
@@ -207,12 +203,14 @@ def measure_first_stage(
     factors: Sequence[int] = FACTORS,
     floors: Sequence[float] = FLOORS,
     budget_bytes: int | None = None,
+    packed_links: bool = HnswParams.packed_links,
     timed_queries: int = TIMED_QUERIES,
     progress: Callable[[int], object] = lambda done: None,
 ) -> FirstStageMeasurement:
     """Measure every candidate on ``corpus`` (full embeddings, ``[n, dim]``, ``dim`` the last of
     ``prefix_dims``) with ``queries``, and choose per recall floor (see the module docstring)
-    within ``budget_bytes`` per document (default: :data:`BUDGET_SHARE` of ``HNSW32,Flat``'s).
+    within ``budget_bytes`` per document (default: :data:`BUDGET_SHARE` of ``HNSW32,Flat``'s),
+    each graph's links packed where ``packed_links`` and its walk would pack them.
     ``progress`` is called with the candidates done after each.
 
     FAISS runs on one thread while it measures (the service's per-query cost); the caller's
@@ -247,14 +245,18 @@ def measure_first_stage(
                 for m in degrees:
                     candidate = Candidate(int(dim), storage, int(m))
                     graph = _graph(corpus, candidate)
-                    params = HnswParams(m=candidate.m, storage=candidate.storage)
-                    funnel = Funnel(HnswIndex(candidate.dim, params, graph), candidate.dim, refine)
+                    params = HnswParams(
+                        m=candidate.m, storage=candidate.storage, packed_links=packed_links
+                    )
+                    index = HnswIndex(candidate.dim, params, graph)
+                    index.seal()
+                    funnel = Funnel(index, candidate.dim, refine)
                     points += _sweep(
                         funnel,
                         candidate,
                         full_queries,
                         truth,
-                        _resident_bytes(graph),
+                        _resident_bytes(index),
                         ef_values,
                         factors,
                         timed_queries,
