@@ -23,7 +23,8 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   and re-ranked by FAISS's ``IndexRefine`` instead of Fractal's own native walk
   (:mod:`index.native_funnel`): rows for comparison, never Fractal's choice; one ending in
   ``-packed`` keeps the graph's links packed (``FRACTAL_HNSW_PACKED_LINKS``,
-  :mod:`index.packed_links`) as the service may serve it;
+  :mod:`index.packed_links`) as the service serves it by default, one without it FAISS's link
+  arrays;
 - ``faiss_flat``: FAISS ``HNSW{M},Flat``, float32 in RAM (efSearch);
 - ``faiss_sq8_refine``: FAISS ``HNSW{M}_SQ8,Refine(SQfp16)``, the refine codes in RAM (efSearch
   and the refine factor);
@@ -122,7 +123,7 @@ class Settings:
     queries: int = option(1_000, "queries (held-out real texts with --bundle)")
     dim: int = option(256, "full dimension (the toy vectors' without --bundle)")
     fractal_stages: tuple[str, ...] = option(
-        ("192-sq8-m16", "192-sq8", "256-sq8"),
+        ("192-sq8-packed", "256-sq8-packed", "256-sq8"),
         "Fractal's first stages, PREFIX-STORAGE[-mM][-insertion][-faiss][-packed] (M: every "
         "engine's; packed: links packed; insertion, nodes left in insertion order, and faiss, "
         "FAISS's walk, not Fractal's own: rows for comparison), comma-separated",

@@ -100,7 +100,7 @@ class HnswParams:
     sq_train_size: int = 10_000
     locality_from: int = 50_000
     native_walk: bool = True
-    packed_links: bool = False
+    packed_links: bool = True
 
     def __post_init__(self) -> None:
         sizes = (self.m, self.ef_construction, self.ef_search, self.sq_train_size)
