@@ -200,7 +200,11 @@ def _first_stages(
         file=sys.stderr,
     ) as bar:  # fmt: skip
         return measure_first_stage(
-            vectors[kept], queries, manifest.prefix_dims, progress=lambda done: bar.update(1)
+            vectors[kept],
+            queries,
+            manifest.prefix_dims,
+            packed_links=collection.hnsw.packed_links,  # as the collection serves its graphs
+            progress=lambda done: bar.update(1),
         )
 
 
