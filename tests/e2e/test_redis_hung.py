@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from benchmarks.harness.metrics import Samples, metric, metric_samples
 from benchmarks.harness.processes import RedisServer, ServiceProcess
@@ -42,6 +43,8 @@ over 1.5 timeouts."""
 LATENCY_SLACK_S = 0.05
 """The medians of two runs of the same load on a shared machine differ by a few tens of ms."""
 WAITS = "fractal_cache_wait_seconds"
+
+pytestmark = pytest.mark.alone  # its bounds are wall-clock: no other test may load the cores
 
 
 def _load(client: httpx.Client, phase: str) -> list[float]:
