@@ -107,8 +107,12 @@ GRAPH_FILES = {"qdrant_int8": "qdrant/segments/*/vector_index-*/links*.bin"}
 """Per engine that maps its graph from a file rather than holding it in anonymous memory, the
 pattern of those files under its folder: the graph must stay resident wherever it lives, so
 their size counts as resident memory (every other engine's graph is in its anonymous memory)."""
-MEMORY_BOUNDS = (("qdrant_int8", 1.0), ("faiss_flat", 1 / 3))
-"""The peers whose resident memory per document, times the share, bounds Fractal's."""
+MEMORY_BOUNDS = (
+    ("qdrant_int8", 1.0, "Qdrant's"),
+    ("faiss_flat", 1 / 3, "a third of FAISS HNSW,Flat's"),
+)
+"""The peers whose resident memory per document, times the share, bounds Fractal's (and how the
+targets name each bound)."""
 TARGET_P50_RATIO = 0.8
 """Fractal's p50 at each floor must be at most this times the fastest peer's."""
 HUGE_PAGES = ("off", "on")
@@ -693,7 +697,7 @@ def memory_bound(engines: Sequence[dict]) -> float | None:
     by_name = {engine["engine"]: engine for engine in engines}
     bounds = [
         share * resident_bytes_per_doc(by_name[name])
-        for name, share in MEMORY_BOUNDS
+        for name, share, _ in MEMORY_BOUNDS
         if name in by_name
     ]
     return min(bounds, default=None)
@@ -755,11 +759,10 @@ def targets(engines: Sequence[dict]) -> list[dict]:
         return found
     fractal = by_name[first["engine"]]
     resident = resident_bytes_per_doc(fractal)
-    for name, share in MEMORY_BOUNDS:
+    for name, share, whose in MEMORY_BOUNDS:
         if name not in by_name:
             continue
         theirs = share * resident_bytes_per_doc(by_name[name])
-        whose = "Qdrant's" if share == 1 else "a third of FAISS HNSW,Flat's"
         found.append(
             {
                 "target": f"memory that must stay resident per document (anonymous, plus the "

@@ -94,13 +94,12 @@ def _engine(name: str, p50: float, p99: float, memory: float, graph_file: float 
 
 
 def test_the_targets_compare_with_the_fastest_peer_at_each_floor() -> None:
-    engine = _engine
     engines = [
-        engine("fractal:192-sq8", 90.0, 150.0, 250.0),
-        engine("fractal:256-sq8", 80.0, 150.0, 300.0),  # Fractal's choice: the faster stage
-        engine("fractal:256-sq8-insertion", 70.0, 150.0, 300.0),  # a comparison, never chosen
-        engine("faiss_flat", 120.0, 140.0, 600.0),
-        engine("qdrant_int8", 100.0, 200.0, 280.0, graph_file=60.0),
+        _engine("fractal:192-sq8", 90.0, 150.0, 250.0),
+        _engine("fractal:256-sq8", 80.0, 150.0, 300.0),  # Fractal's choice: the faster stage
+        _engine("fractal:256-sq8-insertion", 70.0, 150.0, 300.0),  # a comparison, never chosen
+        _engine("faiss_flat", 120.0, 140.0, 600.0),
+        _engine("qdrant_int8", 100.0, 200.0, 280.0, graph_file=60.0),
     ]
     found = funnel_peers.targets(engines)
     # 80 / 100 = 0.8 of the fastest peer (qdrant), and p99 150 ≤ its 200: met.

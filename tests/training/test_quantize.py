@@ -129,7 +129,7 @@ def test_a_twin_that_costs_more_than_the_bound_is_refused(
     source: Path, quantized: Path, data: DatasetSplits, tmp_path: Path
 ) -> None:
     """The same graphs on the same texts cost the same: just under the recorded cost refuses,
-    naming that cost."""
+    naming that cost, and the recorded cost itself passes."""
     points = load_bundle(quantized).quantization.knn_cost.points
     with pytest.raises(
         FractalError,
@@ -137,6 +137,8 @@ def test_a_twin_that_costs_more_than_the_bound_is_refused(
     ):
         quantize_bundle(source, tmp_path / "refused", data, max_knn_cost_points=points - 0.01)
     assert list(tmp_path.iterdir()) == []  # neither the twin nor its staging folder
+    written = quantize_bundle(source, tmp_path / "kept", data, max_knn_cost_points=points)
+    assert written.quantization.knn_cost.points == points
 
 
 def test_row_cosines() -> None:
