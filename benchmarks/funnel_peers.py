@@ -43,10 +43,14 @@ Each engine builds and saves its index in one fresh process, then opens the save
 answers every query at every knob setting in another (so that no memory the build freed is reused
 unseen). Every engine is built before any is measured, and the measuring processes take the
 engines in turn (reversed each repeat), so that a drift of the machine falls on all of them.
+Under ``--work-dir`` the data and every finished build are kept (one folder per data settings)
+and a later run with the same settings reuses them, so a run cut short resumes at the engine it
+was building; delete the folder to free its disk. Without it they go in a temporary folder.
 Memory is the growth of the second process's ``RssAnon`` (anonymous) and ``RssFile``
-(file-backed) from just before the index is opened to after the queries; the base vectors and
-queries are loaded before it, so they count in neither (code pages a first search touches do,
-a constant that vanishes per document at scale). The memory targets count what must stay
+(file-backed) from just before the index is opened to after the queries; the base vectors are
+memory-mapped and never read there, and the queries are loaded before it, so they count in
+neither (code pages a first search touches do, a constant that vanishes per document at
+scale). The memory targets count what must stay
 resident: the anonymous memory, plus the graph where an engine maps it from files (Qdrant's
 links, by their size on disk); vectors read only to re-rank a shortlist may be dropped by the
 kernel and read again, so they do not count. After one untimed pass of every query (so that
@@ -69,6 +73,7 @@ Vectors come from ``toy_labelled`` (labelled clusters, the smoke run and any run
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import multiprocessing
 import os
@@ -143,7 +148,11 @@ class Settings:
     )
     engines: tuple[str, ...] = option(ENGINES, "engines to run, comma-separated")
     bundle: Path | None = option(None, "bundle whose real embeddings the mixture is fitted to")
-    work_dir: Path | None = option(None, "where the indexes are built (default: a temp folder)")
+    work_dir: Path | None = option(
+        None,
+        "where the data and indexes are built and kept, reused by a later run with the same "
+        "settings (default: a temporary folder, removed)",
+    )
     seed: int = option(17, "random seed")
     huge_pages: tuple[str, ...] = option(
         ("off",),
@@ -173,11 +182,43 @@ SMOKE = Settings(
 )
 
 
-def _data(settings: Settings, progress: Progress) -> tuple[np.ndarray, np.ndarray]:
-    """Unit base vectors and unit queries, float32."""
+DATA_CHUNK = 100_000
+"""Base vectors drawn, made unit and written per chunk, so that a base larger than memory is
+never held whole."""
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(rows / np.linalg.norm(rows, axis=1, keepdims=True), np.float32)
+
+
+def _data_key(settings: Settings) -> dict:
+    """The settings the base vectors, queries and exact neighbours depend on."""
+    bundle = None if settings.bundle is None else str(settings.bundle.resolve())
+    return {
+        "documents": settings.documents,
+        "queries": settings.queries,
+        "dim": settings.dim,
+        "seed": settings.seed,
+        "bundle": bundle,
+    }
+
+
+def _data(settings: Settings, progress: Progress, data: Path) -> None:
+    """Write unit base vectors and unit queries (float32) and each query's exact ``K`` best
+    into ``data`` as ``base.npy``, ``queries.npy`` and ``truth.npy``, unless a run with the same
+    data settings (:func:`_data_key`) wrote them there already."""
+    stamp = data / "data.json"
+    key = _data_key(settings)
+    if stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) == key:
+        progress(f"data: reusing the vectors, queries and exact neighbours in {data}")
+        return
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    shape = (settings.documents, settings.dim)
     if settings.bundle is None:
         toy = toy_labelled(settings.documents + settings.queries, settings.dim, settings.seed)
-        base, queries = toy.vectors[: settings.documents], toy.vectors[settings.documents :]
+        parts: Iterator[np.ndarray] = iter([toy.vectors[: settings.documents]])
+        queries = toy.vectors[settings.documents :]
     else:
         from training.data.registry import data_dir
 
@@ -186,13 +227,24 @@ def _data(settings: Settings, progress: Progress) -> tuple[np.ndarray, np.ndarra
             data_dir(), settings.queries, settings.seed, progress.enabled, settings.bundle
         )
         mixture = LabelledMixture.fit(real.base, rank=8, unlabelled_components=64, seed=1)
-        base = mixture.sample(settings.documents, settings.seed).vectors
+        chunks = mixture.chunks(settings.documents, settings.seed, DATA_CHUNK)
+        parts = (chunk.vectors for chunk in chunks)
         queries = real.queries.vectors
-    base, queries = (
-        np.ascontiguousarray(m / np.linalg.norm(m, axis=1, keepdims=True), np.float32)
-        for m in (base, queries)
-    )
-    return base, queries
+        shape = (settings.documents, real.base.shape[1])
+    base = np.lib.format.open_memmap(data / "base.npy", "w+", np.float32, shape)
+    start = 0
+    for part in parts:
+        base[start : start + len(part)] = _unit(part)
+        start += len(part)
+        if start % 1_000_000 < len(part) and start < len(base):
+            progress(f"data: {start:,} of {len(base):,} base vectors drawn")
+    base.flush()
+    del base
+    np.save(data / "queries.npy", _unit(queries))
+    progress("data: exact neighbours of every query")
+    base = np.load(data / "base.npy", mmap_mode="r")
+    np.save(data / "truth.npy", exact_neighbours(base, _unit(queries), K))
+    stamp.write_text(json.dumps(key), encoding="utf-8")
 
 
 Knob = dict[str, int]
@@ -584,7 +636,7 @@ def _merged(runs: Sequence[dict]) -> dict:
 
 def build_engine(name: str, settings: Settings, data: Path, folder: Path) -> dict:
     """Build the engine's index over the base vectors and save it in ``folder``."""
-    base = np.load(data / "base.npy")
+    base = np.load(data / "base.npy", mmap_mode="r")
     started = time.perf_counter()
     _builder(name)(settings, base, folder, True)
     return {"build_seconds": time.perf_counter() - started}
@@ -621,7 +673,7 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
     import faiss
 
     faiss.omp_set_num_threads(1)
-    base = np.load(data / "base.npy")
+    base = np.load(data / "base.npy", mmap_mode="r")  # its shape: no page of it is read
     queries = np.load(data / "queries.npy")
     truth = np.load(data / "truth.npy")
     opener, knobs = _builder(name)(settings, base, folder, False)
@@ -673,13 +725,47 @@ def _child(
 
 @contextmanager
 def _work(settings: Settings) -> Iterator[Path]:
+    """The run's folder: under ``--work-dir``, one per data settings, kept so that a later run
+    reuses its data and the engines built in it (a run cut short resumes); without it, a
+    temporary folder removed at the end."""
     if settings.work_dir is not None:
-        settings.work_dir.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="funnel-peers-", dir=settings.work_dir))
+        key = _data_key(settings)
+        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:10]
+        folder = settings.work_dir / f"{settings.documents}-docs-{digest}"
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    folder = Path(tempfile.mkdtemp(prefix="funnel-peers-"))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+BUILT = "built.json"
+"""The file an engine's folder gets once its build finished: what the build depended on and
+what it reported."""
+
+
+def _build_key(name: str, settings: Settings) -> dict:
+    """The settings engine ``name``'s index depends on, beyond the data."""
+    return {
+        "engine": name,
+        "m": settings.m,
+        "ef_construction": settings.ef_construction,
+        **({"qdrant_threshold_kb": settings.qdrant_threshold_kb} if name == "qdrant_int8" else {}),
+    }
+
+
+def _finished_build(name: str, settings: Settings, folder: Path) -> dict | None:
+    """What the finished build of engine ``name`` in ``folder`` reported, if one with the same
+    settings finished there (None otherwise: nothing built, a build cut short or made with
+    other settings)."""
+    built = folder / BUILT
+    if not built.exists():
+        return None
+    recorded = json.loads(built.read_text(encoding="utf-8"))
+    return recorded["build"] if recorded["key"] == _build_key(name, settings) else None
 
 
 def operating_points(engine: dict) -> dict[str, dict | None]:
@@ -813,15 +899,10 @@ def run(settings: Settings, progress: Progress) -> dict:
         raise SystemExit(f"error: --repeats must be at least 1; got {settings.repeats}")
     for stage in settings.fractal_stages:
         _stage(stage, settings.m, settings.dim)
-    base, queries = _data(settings, progress)
-    truth = exact_neighbours(base, queries, K)
     engines = []
     with _work(settings) as work:
         data = work / "data"
-        data.mkdir()
-        for name, array in (("base", base), ("queries", queries), ("truth", truth)):
-            np.save(data / f"{name}.npy", array)
-        del base
+        _data(settings, progress, data)
         context = multiprocessing.get_context("spawn")
 
         def child(step: str, name: str, folder: Path) -> dict:
@@ -840,9 +921,17 @@ def run(settings: Settings, progress: Progress) -> dict:
         folders = {name: work / name.replace(":", "-") for name in names}
         built = {}
         for name in names:
+            finished = _finished_build(name, settings, folders[name])
+            if finished is not None:
+                progress(f"{name}: reusing the index built in {folders[name]}")
+                built[name] = finished | {"build_reused": True}
+                continue
+            shutil.rmtree(folders[name], ignore_errors=True)
             folders[name].mkdir()
             with _malloc("off"):
                 built[name] = child("build", name, folders[name])
+            record = {"key": _build_key(name, settings), "build": built[name]}
+            (folders[name] / BUILT).write_text(json.dumps(record), encoding="utf-8")
         runs: dict[tuple[str, str], list[dict]] = {}
         for repeat in range(settings.repeats):
             for name in names[:: -1 if repeat % 2 else 1]:
@@ -907,7 +996,8 @@ def markdown(report: dict) -> str:
             f"{resident_bytes_per_doc(engine):.0f}",
             f"{engine.get('anon_huge_bytes', 0) / 2**20:.0f}",
             f"{engine['disk_bytes_per_doc']:.0f}",
-            f"{engine['build_seconds']:.1f}",
+            f"{engine['build_seconds']:.1f}"
+            + (" (an earlier run)" if engine.get("build_reused") else ""),
             *(_cell(engine["points"][str(floor)]) for floor in FLOORS),
         ]
         for engine in report["engines"]

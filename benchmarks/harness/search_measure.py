@@ -98,11 +98,25 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
     return float(np.mean(hits)) / k
 
 
-def exact_neighbours(base: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the ``k`` largest inner products per query, by brute force (``IndexFlatIP``)."""
-    index = faiss.IndexFlatIP(base.shape[1])
-    index.add(base)
-    return index.search(queries, k)[1]
+def exact_neighbours(
+    base: np.ndarray, queries: np.ndarray, k: int, block: int = 1_000_000
+) -> np.ndarray:
+    """Ids of the ``k`` largest inner products per query, by brute force (``IndexFlatIP``).
+
+    The base is searched ``block`` rows at a time and the blocks' best merged, so that a base
+    larger than memory (a memory-mapped file) needs one block of it in memory at once."""
+    scores = np.full((len(queries), 0), -np.inf, np.float32)
+    ids = np.empty((len(queries), 0), np.int64)
+    for start in range(0, len(base), block):
+        index = faiss.IndexFlatIP(base.shape[1])
+        index.add(np.ascontiguousarray(base[start : start + block], np.float32))
+        found_scores, found_ids = index.search(queries, min(k, index.ntotal))
+        scores = np.concatenate([scores, found_scores], axis=1)
+        ids = np.concatenate([ids, found_ids + start], axis=1)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        scores = np.take_along_axis(scores, best, axis=1)
+        ids = np.take_along_axis(ids, best, axis=1)
+    return ids
 
 
 def first_reaching(

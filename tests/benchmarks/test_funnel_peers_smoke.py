@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from benchmarks import funnel_peers
+from benchmarks.harness.runner import Progress
 from tests.benchmarks.smoke import run_smoke
 
 
@@ -141,3 +143,34 @@ def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_walk_and_links
     for bad in (*bad_names, "64-sq8-packed-packed"):
         with pytest.raises(SystemExit, match="is not PREFIX-STORAGE"):
             funnel_peers._stage(bad, 32, 256)
+
+
+def test_a_run_under_a_work_dir_reuses_its_data_and_finished_builds(tmp_path: Path) -> None:
+    settings = dataclasses.replace(
+        funnel_peers.SMOKE,
+        documents=1_500,
+        queries=10,
+        dim=32,
+        fractal_stages=("32-sq8",),
+        engines=("fractal", "faiss_flat"),
+        ef_values=(16,),
+        factors=(2,),
+        huge_pages=("off",),
+        work_dir=tmp_path,
+    )
+    quiet = Progress(enabled=False)
+    first = funnel_peers.run(settings, quiet)
+    (folder,) = tmp_path.iterdir()
+    truth = (folder / "data" / "truth.npy").stat().st_mtime_ns
+    # A build cut short leaves no record of its end: the next run builds that engine again.
+    (folder / "faiss_flat" / funnel_peers.BUILT).unlink()
+    second = funnel_peers.run(settings, quiet)
+    assert (folder / "data" / "truth.npy").stat().st_mtime_ns == truth
+    reused = {e["engine"]: e.get("build_reused", False) for e in second["engines"]}
+    assert reused == {"fractal:32-sq8": True, "faiss_flat": False}
+    assert second["engines"][0]["build_seconds"] == first["engines"][0]["build_seconds"]
+    # Another degree is another index; other data settings are another folder.
+    third = funnel_peers.run(dataclasses.replace(settings, m=8), quiet)
+    assert not any(e.get("build_reused") for e in third["engines"])
+    funnel_peers.run(dataclasses.replace(settings, seed=5), quiet)
+    assert len(list(tmp_path.iterdir())) == 2

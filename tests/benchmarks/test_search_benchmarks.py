@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import faiss
+import numpy as np
 import pytest
 
 from benchmarks import c2f_sfs_pq, index_latency
-from benchmarks.harness.search_measure import first_reaching
+from benchmarks.harness.search_measure import exact_neighbours, first_reaching
 from tests.benchmarks.smoke import run_smoke
 
 
@@ -130,6 +131,17 @@ SWEEP = [
         "batch_qps": 100.0,
     },
 ]
+
+
+def test_exact_neighbours_in_blocks_match_one_search_of_the_whole_base() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((2_003, 16)).astype(np.float32)
+    queries = rng.standard_normal((30, 16)).astype(np.float32)
+    whole = faiss.IndexFlatIP(16)
+    whole.add(base)
+    expected = whole.search(queries, 10)[1]
+    for block in (7, 500, 2_003, 10_000):  # blocks smaller than k, uneven, exact, larger
+        assert (exact_neighbours(base, queries, 10, block=block) == expected).all(), block
 
 
 def test_first_reaching_takes_the_smallest_setting_at_or_above_the_target() -> None:
