@@ -230,7 +230,7 @@ def _data(settings: Settings, progress: Progress, data: Path) -> None:
         chunks = mixture.chunks(settings.documents, settings.seed, DATA_CHUNK)
         parts = (chunk.vectors for chunk in chunks)
         queries = real.queries.vectors
-        shape = (settings.documents, real.base.shape[1])
+        shape = (settings.documents, mixture.dim)
     base = np.lib.format.open_memmap(data / "base.npy", "w+", np.float32, shape)
     start = 0
     for part in parts:
