@@ -192,8 +192,12 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 
 def _data_key(settings: Settings) -> dict:
-    """The settings the base vectors, queries and exact neighbours depend on."""
-    bundle = None if settings.bundle is None else str(settings.bundle.resolve())
+    """The settings the base vectors, queries and exact neighbours depend on (a bundle by its
+    path and its manifest's digest, which a new export changes)."""
+    bundle = None
+    if settings.bundle is not None:
+        manifest = (settings.bundle / "manifest.json").read_bytes()
+        bundle = f"{settings.bundle.resolve()} {hashlib.sha256(manifest).hexdigest()[:16]}"
     return {
         "documents": settings.documents,
         "queries": settings.queries,
