@@ -357,23 +357,26 @@ def fractal(
         **({} if stage.locality else {"locality_from": len(base) + 1}),
     )
 
-    def collection() -> Collection:
+    def collection(graph: bool = True) -> Collection:
         return Collection(
             folder,
             dim=base.shape[1],
             prefix_dims=tuple(sorted({shortlist_dim, base.shape[1]})),
             index_kinds=("hnsw",),
             hnsw=params,
-            layout={shortlist_dim: ("hnsw",)},
+            layout={shortlist_dim: ("hnsw",) if graph else ()},
             full_dtype="float16",
         )
 
-    if build:
-        built = collection()
+    if build:  # as a bulk load goes: import with no graph, then open with it to build it
+        imported = collection(graph=False)
         for start in range(0, len(base), 50_000):
             chunk = base[start : start + 50_000]
             ids = [str(i) for i in range(start, start + len(chunk))]
-            built.upsert(ids, [""] * len(ids), chunk)
+            imported.upsert(ids, [""] * len(ids), chunk)
+        imported.snapshot()
+        imported.close()
+        built = collection()
         built.snapshot()
         built.close()
 
@@ -749,12 +752,16 @@ def _work(settings: Settings) -> Iterator[Path]:
 BUILT = "built.json"
 """The file an engine's folder gets once its build finished: what the build depended on and
 what it reported."""
+BUILDERS_VERSION = 2
+"""Bumped when an engine's builder changes how it builds, so that a kept build made the old way
+is built again (2: Fractal's collection imported with no graph, then the graph built at once)."""
 
 
 def _build_key(name: str, settings: Settings) -> dict:
     """The settings engine ``name``'s index depends on, beyond the data."""
     return {
         "engine": name,
+        "builders": BUILDERS_VERSION,
         "m": settings.m,
         "ef_construction": settings.ef_construction,
         **({"qdrant_threshold_kb": settings.qdrant_threshold_kb} if name == "qdrant_int8" else {}),
