@@ -11,6 +11,8 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   :meth:`index.Collection.search_c2f`: one native call walks an HNSW graph at a prefix and
   re-ranks its shortlist exactly against float16 full vectors memory-mapped, then the hits are
   named from the collection's in-memory row table (knobs: efSearch and the shortlist factor).
+  The collection is built as a bulk load is: the documents imported with no graph, then the
+  graph built from the vector file at once when the collection opens with it.
   One engine row per first stage of ``--fractal-stages``
   (``PREFIX-STORAGE[-mM][-insertion][-faiss][-packed]``:
   the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
