@@ -18,7 +18,8 @@ thread; recall@10 is against exact search at the full dimension. The engines:
   the graph's prefix, its ``sq8``, ``sq8u``, ``sq4`` or ``tq4`` codes and its degree, by default
   every engine's), e.g. ``fractal:192-sq8-m16``; at each recall floor Fractal is its fastest first
   stage there among those whose resident memory is within the peers' bound (Qdrant's, and a
-  third of ``faiss_flat``'s; among all stages where none is), as the service's measured choice
+  third of ``faiss_flat``'s; among all stages where none of those reaches the floor), as the
+  service's measured choice
   within a memory budget would be. The graph's nodes are numbered for
   locality as the collection numbers them (:mod:`index.graph_order`); a stage ending in
   ``-insertion`` keeps them in insertion order instead, and one ending in ``-faiss`` is walked
@@ -804,20 +805,23 @@ def memory_bound(engines: Sequence[dict]) -> float | None:
 
 def fractal_points(engines: Sequence[dict], bound: float | None = None) -> dict[str, dict | None]:
     """Per recall floor, Fractal's fastest first stage reaching it (its engine named), among the
-    stages whose resident memory is within ``bound`` (among all where none is)."""
+    stages whose resident memory is within ``bound`` (among all where none of those reaches
+    it)."""
     ours = [
         engine
         for engine in engines
         if engine["engine"].startswith("fractal") and not _comparison_row(engine["engine"])
     ]
     within = [e for e in ours if bound is None or resident_bytes_per_doc(e) <= bound]
-    ours = within or ours
     points: dict[str, dict | None] = {}
     for floor in map(str, FLOORS):
-        reaching = [
-            e["points"][floor] | {"engine": e["engine"]} for e in ours if e["points"][floor]
-        ]
-        points[floor] = min(reaching, key=lambda row: row["p50_us"], default=None)
+        for stages in (within, ours):
+            reaching = [
+                e["points"][floor] | {"engine": e["engine"]} for e in stages if e["points"][floor]
+            ]
+            points[floor] = min(reaching, key=lambda row: row["p50_us"], default=None)
+            if points[floor] is not None:
+                break
     return points
 
 

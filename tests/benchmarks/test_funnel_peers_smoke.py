@@ -129,6 +129,12 @@ def test_fractals_choice_is_its_fastest_stage_within_the_peers_memory_bound() ->
     # With no stage within the bound, the fastest of all is the choice (and misses memory).
     over = [_engine("fractal:256-sq8", 70.0, 150.0, 500.0), *engines[2:]]
     assert funnel_peers.targets(over)[0]["reached"].startswith("fractal:256-sq8: 0.70×")
+    # Nor where the stages within it reach no floor: there too the fastest of all reaching it.
+    short = _engine("fractal:64-sq8-packed", 40.0, 90.0, 100.0)
+    short["points"] = dict.fromkeys(short["points"])
+    found = funnel_peers.targets([short, over[0], *engines[2:]])
+    assert found[0]["reached"].startswith("fractal:256-sq8: 0.70×")
+    assert found[3]["reached"] == "500 B vs 340 B" and not found[3]["met"]
 
 
 def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_walk_and_links() -> None:
