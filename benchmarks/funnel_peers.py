@@ -98,6 +98,7 @@ from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
 from benchmarks.harness.search_measure import exact_neighbours, recall_at_k
 from index.faiss_indexes import SQ_QUANTIZERS
+from index.vectors import unit_rows
 from service.huge_pages import TUNABLE, VARIABLE, kernel_mode
 
 K = 10
@@ -190,10 +191,6 @@ DATA_CHUNK = 100_000
 never held whole."""
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(rows / np.linalg.norm(rows, axis=1, keepdims=True), np.float32)
-
-
 def _data_key(settings: Settings) -> dict:
     """The settings the base vectors, queries and exact neighbours depend on (a bundle by its
     path and its manifest's digest, which a new export changes)."""
@@ -241,16 +238,17 @@ def _data(settings: Settings, progress: Progress, data: Path) -> None:
     base = np.lib.format.open_memmap(data / "base.npy", "w+", np.float32, shape)
     start = 0
     for part in parts:
-        base[start : start + len(part)] = _unit(part)
+        base[start : start + len(part)] = unit_rows(part)
         start += len(part)
         if start % 1_000_000 < len(part) and start < len(base):
             progress(f"data: {start:,} of {len(base):,} base vectors drawn")
     base.flush()
     del base
-    np.save(data / "queries.npy", _unit(queries))
+    queries = unit_rows(queries)
+    np.save(data / "queries.npy", queries)
     progress("data: exact neighbours of every query")
     base = np.load(data / "base.npy", mmap_mode="r")
-    np.save(data / "truth.npy", exact_neighbours(base, _unit(queries), K))
+    np.save(data / "truth.npy", exact_neighbours(base, queries, K))
     stamp.write_text(json.dumps(key), encoding="utf-8")
 
 
