@@ -96,7 +96,7 @@ from benchmarks.harness.labelled_mixture import LabelledMixture, labelled_real, 
 from benchmarks.harness.markdown import markdown_table, targets_table
 from benchmarks.harness.process_memory import status_bytes
 from benchmarks.harness.runner import Progress, option
-from benchmarks.harness.search_measure import exact_neighbours, recall_at_k
+from benchmarks.harness.search_measure import exact_neighbours, fastest_reaching, recall_at_k
 from index.faiss_indexes import SQ_QUANTIZERS
 from index.vectors import unit_rows
 from service.huge_pages import TUNABLE, VARIABLE, kernel_mode
@@ -782,11 +782,7 @@ def _finished_build(name: str, settings: Settings, folder: Path) -> dict | None:
 
 def operating_points(engine: dict) -> dict[str, dict | None]:
     """Per recall floor, the engine's setting with the lowest p50 reaching it (None if none)."""
-    points: dict[str, dict | None] = {}
-    for floor in FLOORS:
-        reaching = [row for row in engine["sweep"] if row["recall_at_10"] >= floor]
-        points[str(floor)] = min(reaching, key=lambda row: row["p50_us"]) if reaching else None
-    return points
+    return {str(floor): fastest_reaching(engine["sweep"], floor) for floor in FLOORS}
 
 
 def memory_bound(engines: Sequence[dict]) -> float | None:

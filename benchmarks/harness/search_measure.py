@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import faiss
 import numpy as np
@@ -130,3 +131,26 @@ def first_reaching(
     """
     reaching = [row for row in rows if row[recall] >= target]
     return min(reaching, key=lambda row: row[knob]) if reaching else None
+
+
+Row = TypeVar("Row", bound=Mapping)
+
+
+def fastest_reaching(
+    rows: Sequence[Row], target: float, time: str = "p50_us", recall: str = "recall_at_10"
+) -> Row | None:
+    """The row with the lowest ``time`` whose ``recall`` is at least ``target``, or None when no
+    row reaches it: a method's operating point when it has more than one knob (efSearch and a
+    shortlist length), so that no one knob's order decides it."""
+    reaching = [row for row in rows if row[recall] >= target]
+    return min(reaching, key=lambda row: row[time]) if reaching else None
+
+
+def frontier(rows: Sequence[Row], time: str = "p50_us", recall: str = "recall_at_10") -> list[Row]:
+    """The rows no faster row matches in ``recall``, fastest first: the recall a method buys
+    for its time, whichever knobs set it."""
+    kept: list[Row] = []
+    for row in sorted(rows, key=lambda row: row[time]):
+        if not kept or row[recall] > kept[-1][recall]:
+            kept.append(row)
+    return kept

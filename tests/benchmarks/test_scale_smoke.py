@@ -51,6 +51,14 @@ def test_scale_smoke_run(tmp_path: Path) -> None:
         assert recovery["rebuilt"] == {} and recovery["full_vectors"]["action"] == "mapped"
         assert graph["rss_anon_per_doc"] > 0 and graph["faiss_bytes_per_doc"] > 0
     assert set(size["points"]["c2f"]) == set(size["memory"]["graphs"])
+    # C2F is swept over k′ and efSearch apart; its point is the fastest setting reaching the bar.
+    grid = scale.c2f_settings(scale.SMOKE)
+    for dim, entry in size["points"]["c2f"].items():
+        rows = [r for r in size["sweeps"] if r["route"] == "c2f" and r["shortlist_dim"] == int(dim)]
+        assert [(r["factor"], r["ef_search"]) for r in rows] == grid
+        reaching = [r for r in rows if r["recall_at_10"] >= scale.SMOKE.recall_target]
+        fastest = min((r["index_p50_us"] for r in reaching), default=None)
+        assert (entry["point"] and entry["point"]["index_p50_us"]) == fastest
     assert size["exact"]["256"]["domain_p10"] > 0.9  # toy domains are far apart
     assert {row["set"] for row in report["fidelity"]["rows"]} == {"real", "synthetic"}
     assert len(report["targets"]) == 9

@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from benchmarks import c2f_sfs_pq, index_latency
-from benchmarks.harness.search_measure import exact_neighbours, first_reaching
+from benchmarks.harness.search_measure import (
+    exact_neighbours,
+    fastest_reaching,
+    first_reaching,
+    frontier,
+)
 from tests.benchmarks.smoke import run_smoke
 
 
@@ -150,6 +155,28 @@ def test_first_reaching_takes_the_smallest_setting_at_or_above_the_target() -> N
     assert first_reaching(rows_64, 0.99, "ef_search")["ef_search"] == 64  # equal counts
     assert first_reaching(list(reversed(rows_64)), 0.95, "ef_search")["ef_search"] == 32
     assert first_reaching(rows_64, 0.995, "ef_search") is None
+
+
+GRID = [  # two knobs: a longer shortlist from a shallower walk can be the faster way to a recall
+    {"factor": 1, "ef": 64, "p50_us": 90.0, "recall_at_10": 0.93},
+    {"factor": 1, "ef": 128, "p50_us": 150.0, "recall_at_10": 0.96},
+    {"factor": 2, "ef": 32, "p50_us": 80.0, "recall_at_10": 0.95},
+    {"factor": 2, "ef": 64, "p50_us": 110.0, "recall_at_10": 0.97},
+    {"factor": 4, "ef": 40, "p50_us": 120.0, "recall_at_10": 0.965},
+]
+
+
+def test_fastest_reaching_is_the_lowest_time_at_or_above_the_target_whatever_the_knobs() -> None:
+    assert fastest_reaching(GRID, 0.95) == GRID[2]
+    assert fastest_reaching(GRID, 0.96) == GRID[3]  # not the smallest factor reaching it
+    assert fastest_reaching(list(reversed(GRID)), 0.96) == GRID[3]
+    assert fastest_reaching(GRID, 0.98) is None
+
+
+def test_the_frontier_keeps_each_row_no_faster_row_matches_in_recall() -> None:
+    assert frontier(GRID) == [GRID[2], GRID[3]]
+    assert frontier(GRID + [{"p50_us": 200.0, "recall_at_10": 0.99}])[-1]["recall_at_10"] == 0.99
+    assert frontier([]) == []
 
 
 def test_speedup_compares_each_dimension_at_its_first_setting_reaching_the_target() -> None:
