@@ -1263,8 +1263,8 @@ def _size_section(size: dict) -> str:
         return _point(row, "ef") if plan["built"] else "not built (above)"
 
     lines.append(
-        "Operating points (the smallest setting reaching the bar; ratios are HNSW-256's over "
-        "the route's):\n\n"
+        "Operating points (the smallest efSearch reaching the bar; for C2F, the grid's setting "
+        "with the lowest index p50 reaching it; ratios are HNSW-256's over the route's):\n\n"
         + bullet_list(
             {
                 **c2f_rows,
