@@ -253,6 +253,9 @@ def _data(settings: Settings, progress: Progress, data: Path) -> None:
 
 
 Knob = dict[str, int]
+Say = Callable[[str], None]
+"""Where a build reports its progress: given to a builder, it builds; None, it opens the saved
+index."""
 Searcher = Callable[[np.ndarray, Knob], tuple[np.ndarray, float]]
 """Answers one ``(1, dim)`` query at one knob setting with the ids of its ``K`` best, and the
 seconds of the engine's own index work where it reports them (NaN where it does not)."""
@@ -341,10 +344,10 @@ def _comparison_row(engine: str) -> bool:
 
 
 def fractal(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool, name: str
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None, name: str
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
-    """Build the tiered collection with ``name``'s first stage, close it, and return an opener
-    of the saved one."""
+    """Build the tiered collection with ``name``'s first stage where ``build`` (reporting to it),
+    close it, and return an opener of the saved one."""
     from index import Collection, HnswParams
 
     stage = _stage(name, settings.m, base.shape[1])
@@ -375,8 +378,10 @@ def fractal(
             chunk = base[start : start + 50_000]
             ids = [str(i) for i in range(start, start + len(chunk))]
             imported.upsert(ids, [""] * len(ids), chunk)
+            _every_million(build, start, start + len(chunk), len(base), "imported")
         imported.snapshot()
         imported.close()
+        build(f"the {shortlist_dim}-d graph, built from the vector file (one FAISS call)")
         built = collection()
         built.snapshot()
         built.close()
@@ -397,7 +402,12 @@ def fractal(
 
 
 def _faiss(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool, spec: str, l2: bool = False
+    settings: Settings,
+    base: np.ndarray,
+    folder: Path,
+    build: Say | None,
+    spec: str,
+    l2: bool = False,
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     """A FAISS ``index_factory`` index: an HNSW graph (efSearch) or, for an ``IVF`` spec, an
     inverted file (nprobe), refined when the spec says ``Refine``; inner product, or with
@@ -413,6 +423,7 @@ def _faiss(
             graph = faiss.downcast_index(index.base_index if refine else index)
             graph.hnsw.efConstruction = settings.ef_construction
         index.train(base[: min(len(base), 100_000)])
+        build(f"adding {len(base):,} vectors (one FAISS call)")
         index.add(base)
         faiss.write_index(index, str(folder / "faiss.index"))
 
@@ -438,33 +449,33 @@ def _faiss(
 
 
 def faiss_flat(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     return _faiss(settings, base, folder, build, f"HNSW{settings.m},Flat")
 
 
 def faiss_sq8_refine(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     return _faiss(settings, base, folder, build, f"HNSW{settings.m}_SQ8,Refine(SQfp16)")
 
 
 def faiss_rabitq_refine(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     spec = f"HNSW{settings.m}_RaBitQ4,Refine(SQfp16)"
     return _faiss(settings, base, folder, build, spec, l2=True)
 
 
 def faiss_ivf_rabitq_refine(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     lists = max(1, round(4 * len(base) ** 0.5))
     return _faiss(settings, base, folder, build, f"IVF{lists},RaBitQfs4,Refine(SQfp16)")
 
 
 def usearch_i8(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     from usearch.index import Index
 
@@ -477,6 +488,7 @@ def usearch_i8(
             connectivity=settings.m,
             expansion_add=settings.ef_construction,
         )
+        build(f"adding {len(base):,} vectors (one usearch call)")
         index.add(np.arange(len(base), dtype=np.uint64), base, threads=os.cpu_count() or 1)
         index.save(str(folder / "usearch.index"))
         np.asarray(base, np.float16).tofile(full)
@@ -497,7 +509,7 @@ def usearch_i8(
 
 
 def qdrant_int8(
-    settings: Settings, base: np.ndarray, folder: Path, build: bool
+    settings: Settings, base: np.ndarray, folder: Path, build: Say | None
 ) -> tuple[Callable[[], Searcher], list[Knob]]:
     import qdrant_edge as q
 
@@ -530,6 +542,8 @@ def qdrant_int8(
                 for i, vector in enumerate(base[start : start + 1_000])
             ]
             shard.update(q.UpdateOperation.upsert_points(points))
+            _every_million(build, start, start + len(points), len(base), "upserted")
+        build("optimize(): the segments merged and the graph built")
         shard.optimize()
         shard.flush()
         shard.close()
@@ -556,7 +570,11 @@ def qdrant_int8(
     return opened, _knobs(settings, "oversampling")
 
 
-Builder = Callable[[Settings, np.ndarray, Path, bool], tuple[Callable[[], Searcher], list[Knob]]]
+Builder = Callable[
+    [Settings, np.ndarray, Path, Say | None], tuple[Callable[[], Searcher], list[Knob]]
+]
+"""Builds the engine's index in the folder where given a :data:`Say` (else opens it), and returns
+the opener of the saved index with the knob settings to sweep."""
 BUILDERS: dict[str, Builder] = {
     "faiss_flat": faiss_flat,
     "faiss_sq8_refine": faiss_sq8_refine,
@@ -642,12 +660,28 @@ def _merged(runs: Sequence[dict]) -> dict:
     )
 
 
-def build_engine(name: str, settings: Settings, data: Path, folder: Path) -> dict:
-    """Build the engine's index over the base vectors and save it in ``folder``."""
+def build_engine(
+    name: str, settings: Settings, data: Path, folder: Path, report: bool = False
+) -> dict:
+    """Build the engine's index over the base vectors and save it in ``folder``, printing its
+    progress where ``report``."""
     base = np.load(data / "base.npy", mmap_mode="r")
     started = time.perf_counter()
-    _builder(name)(settings, base, folder, True)
+
+    def say(message: str) -> None:
+        if report:
+            seconds = time.perf_counter() - started
+            print(f"    {name} build, {seconds:,.0f} s: {message}", flush=True)
+
+    _builder(name)(settings, base, folder, say)
     return {"build_seconds": time.perf_counter() - started}
+
+
+def _every_million(say: Say, start: int, done: int, total: int, verb: str) -> None:
+    """Report ``done`` of ``total`` where the batch from ``start`` to ``done`` crossed a
+    million, or finished."""
+    if done // 1_000_000 > start // 1_000_000 or done == total:
+        say(f"{done:,} of {total:,} {verb}")
 
 
 def _around(timings_ns: np.ndarray, inner_s: np.ndarray) -> dict[str, float]:
@@ -684,7 +718,7 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
     base = np.load(data / "base.npy", mmap_mode="r")  # its shape: no page of it is read
     queries = np.load(data / "queries.npy")
     truth = np.load(data / "truth.npy")
-    opener, knobs = _builder(name)(settings, base, folder, False)
+    opener, knobs = _builder(name)(settings, base, folder, None)
     gc.collect()
     before = _memory()
     search = opener()
@@ -725,10 +759,14 @@ def measure_engine(name: str, settings: Settings, data: Path, folder: Path) -> d
 
 
 def _child(
-    step: str, name: str, settings: Settings, data: Path, folder: Path, answer: Path
+    step: str, name: str, settings: Settings, data: Path, folder: Path, answer: Path, report: bool
 ) -> None:
-    work = build_engine if step == "build" else measure_engine
-    answer.write_text(json.dumps(work(name, settings, data, folder)), encoding="utf-8")
+    done = (
+        build_engine(name, settings, data, folder, report)
+        if step == "build"
+        else measure_engine(name, settings, data, folder)
+    )
+    answer.write_text(json.dumps(done), encoding="utf-8")
 
 
 @contextmanager
@@ -920,7 +958,7 @@ def run(settings: Settings, progress: Progress) -> dict:
             progress(f"{name}: {step} (a fresh process)")
             answer = work / f"{folder.name}.{step}.json"
             process = context.Process(
-                target=_child, args=(step, name, settings, data, folder, answer)
+                target=_child, args=(step, name, settings, data, folder, answer, progress.enabled)
             )
             process.start()
             process.join()

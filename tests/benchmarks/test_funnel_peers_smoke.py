@@ -180,3 +180,33 @@ def test_a_run_under_a_work_dir_reuses_its_data_and_finished_builds(tmp_path: Pa
     assert not any(e.get("build_reused") for e in third["engines"])
     funnel_peers.run(dataclasses.replace(settings, seed=5), quiet)
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_each_build_reports_its_progress_from_its_own_process(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    settings = dataclasses.replace(
+        funnel_peers.SMOKE,
+        documents=1_500,
+        queries=10,
+        dim=32,
+        fractal_stages=("32-sq8",),
+        engines=("fractal", "faiss_flat"),
+        ef_values=(16,),
+        factors=(2,),
+        huge_pages=("off",),
+        repeats=1,
+    )
+    funnel_peers.run(settings, Progress(enabled=True))
+    lines = capfd.readouterr().out.splitlines()
+    built = [line.split(": ", 1)[1] for line in lines if " build, " in line]
+    assert built == [
+        "1,500 of 1,500 imported",
+        "the 32-d graph, built from the vector file (one FAISS call)",
+        "adding 1,500 vectors (one FAISS call)",
+    ]
+    said: list[str] = []
+    total = 2_300_000
+    for start in range(0, total, 50_000):  # batches crossing a million, then the end
+        funnel_peers._every_million(said.append, start, min(start + 50_000, total), total, "x")
+    assert said == [f"{done:,} of 2,300,000 x" for done in (1_000_000, 2_000_000, total)]
