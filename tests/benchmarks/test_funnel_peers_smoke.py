@@ -151,19 +151,22 @@ def test_a_fractal_stage_names_its_prefix_codes_degree_node_order_walk_and_links
             funnel_peers._stage(bad, 32, 256)
 
 
+TINY = dataclasses.replace(
+    funnel_peers.SMOKE,
+    documents=1_500,
+    queries=10,
+    dim=32,
+    fractal_stages=("32-sq8",),
+    engines=("fractal", "faiss_flat"),
+    ef_values=(16,),
+    factors=(2,),
+    huge_pages=("off",),
+)
+"""One Fractal stage and one peer over a few documents: a run of seconds."""
+
+
 def test_a_run_under_a_work_dir_reuses_its_data_and_finished_builds(tmp_path: Path) -> None:
-    settings = dataclasses.replace(
-        funnel_peers.SMOKE,
-        documents=1_500,
-        queries=10,
-        dim=32,
-        fractal_stages=("32-sq8",),
-        engines=("fractal", "faiss_flat"),
-        ef_values=(16,),
-        factors=(2,),
-        huge_pages=("off",),
-        work_dir=tmp_path,
-    )
+    settings = dataclasses.replace(TINY, work_dir=tmp_path)
     quiet = Progress(enabled=False)
     first = funnel_peers.run(settings, quiet)
     (folder,) = tmp_path.iterdir()
@@ -185,19 +188,7 @@ def test_a_run_under_a_work_dir_reuses_its_data_and_finished_builds(tmp_path: Pa
 def test_each_build_reports_its_progress_from_its_own_process(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    settings = dataclasses.replace(
-        funnel_peers.SMOKE,
-        documents=1_500,
-        queries=10,
-        dim=32,
-        fractal_stages=("32-sq8",),
-        engines=("fractal", "faiss_flat"),
-        ef_values=(16,),
-        factors=(2,),
-        huge_pages=("off",),
-        repeats=1,
-    )
-    funnel_peers.run(settings, Progress(enabled=True))
+    funnel_peers.run(TINY, Progress(enabled=True))
     lines = capfd.readouterr().out.splitlines()
     built = [line.split(": ", 1)[1] for line in lines if " build, " in line]
     assert built == [
