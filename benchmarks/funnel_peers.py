@@ -1111,7 +1111,12 @@ def markdown(report: dict) -> str:
                 ]
             ),
             "## At equal recall\n\n" + markdown_table(header, rows),
-            "## Targets\n\n" + targets_table(report["targets"]),
+            "## Targets\n\n"
+            + (
+                targets_table(report["targets"])
+                if report["targets"]
+                else "None judged: the targets compare Fractal with peers, and no peer ran."
+            ),
             "## Sweeps\n\n" + "\n\n".join(sweeps),
         ]
     )
