@@ -543,7 +543,10 @@ def qdrant_int8(
             ]
             shard.update(q.UpdateOperation.upsert_points(points))
             _every_million(build, start, start + len(points), len(base), "upserted")
-        build("optimize(): the segments merged and the graph built")
+        # The write-ahead log holds every point upserted until a flush (as many bytes again as
+        # the vectors), and optimize() refuses to start without room for a copy of the segments.
+        shard.flush()
+        build("optimize(): merging the segments and building the graph")
         shard.optimize()
         shard.flush()
         shard.close()
